@@ -1,0 +1,394 @@
+"""obleth's data model: models and their endpoints, the Slurm connection, managed specs,
+replicas, launches, recipes, and the provisioner's status and alerts."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, ClassVar
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django_cryptography.fields import encrypt
+
+from obleth.core import validators as v
+from obleth.core.choices import HealthStatus, HostingMode, ModelType, PassStatus, ReplicaState
+
+
+class TimestampedModel(models.Model):
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+def mask_secret(value: str | None) -> dict[str, Any]:
+    """The only view of a secret any answer gets: whether it is set and its last four characters."""
+    value = value or ""
+    return {"set": bool(value), "last4": value[-4:] if len(value) >= 8 else ""}
+
+
+class Model(TimestampedModel):
+    """A model route clients call by name. Static models have endpoints added by hand; Slurm
+    models get theirs from the provisioner."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(
+        max_length=200, unique=True, help_text="The name clients send in the 'model' field."
+    )
+    hosting_mode = models.CharField(
+        max_length=16,
+        choices=HostingMode.choices,
+        default=HostingMode.STATIC,
+        help_text="Chosen at creation; it cannot change later.",
+    )
+    upstream_model = models.CharField(
+        max_length=200, blank=True, help_text="Model name forwarded upstream (blank: the same name)."
+    )
+    model_type = models.CharField(max_length=16, choices=ModelType.choices, default=ModelType.CHAT)
+    enabled = models.BooleanField(default=True)
+    health_status = models.CharField(
+        max_length=16, choices=HealthStatus.choices, default=HealthStatus.UNKNOWN, editable=False
+    )
+    health_message = models.CharField(max_length=500, blank=True, editable=False)
+    health_consecutive_failures = models.PositiveIntegerField(default=0, editable=False)
+    health_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    health_next_check_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def forwarded_name(self) -> str:
+        return self.upstream_model or self.name
+
+    def clean(self) -> None:
+        super().clean()
+        if not self._state.adding:
+            stored = Model.objects.filter(pk=self.pk).values_list("hosting_mode", flat=True).first()
+            if stored is not None and stored != self.hosting_mode:
+                raise ValidationError(
+                    {
+                        "hosting_mode": (
+                            f"The hosting mode is fixed at creation (this model is {stored!r}). "
+                            "Create a new model to host it another way."
+                        )
+                    }
+                )
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            stored = Model.objects.filter(pk=self.pk).values_list("hosting_mode", flat=True).first()
+            if stored is not None and stored != self.hosting_mode:
+                raise ValidationError(
+                    {"hosting_mode": f"The hosting mode is fixed at creation (it is {stored!r})."}
+                )
+        super().save(*args, **kwargs)
+
+
+class Endpoint(TimestampedModel):
+    """One upstream server of a model (OpenAI-compatible, api_base ends in /v1)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="endpoints")
+    name = models.CharField(max_length=300)
+    api_base = models.CharField(max_length=500, validators=[v.validate_http_url])
+    api_key = encrypt(models.TextField(blank=True, default=""))
+    priority = models.PositiveIntegerField(default=100, help_text="Lower wins in failover.")
+    weight = models.PositiveIntegerField(
+        default=100, validators=[MinValueValidator(1)], help_text="Share of traffic in load balance."
+    )
+    enabled = models.BooleanField(default=True)
+    replica_id = models.UUIDField(
+        null=True, blank=True, editable=False, help_text="Set when the provisioner registered it."
+    )
+    health_status = models.CharField(
+        max_length=16, choices=HealthStatus.choices, default=HealthStatus.UNKNOWN, editable=False
+    )
+    consecutive_failures = models.PositiveIntegerField(default=0, editable=False)
+    last_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_latency_ms = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    last_http_status = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    last_message = models.CharField(max_length=500, blank=True, editable=False)
+    next_check_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["model__name", "priority", "name"]
+        constraints: ClassVar[list[Any]] = [
+            models.UniqueConstraint(fields=["model", "name"], name="endpoint_name_unique_per_model")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.name} / {self.name}"
+
+
+class SlurmSettings(models.Model):
+    """The one Slurm connection and its cluster defaults (a single row, id 1)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    enabled = models.BooleanField(
+        default=False, help_text="Master switch. Off: the provisioner idles and cancels nothing."
+    )
+    slurmrestd_url = models.CharField(
+        max_length=500, blank=True, validators=[v.validate_http_url], verbose_name="slurmrestd URL"
+    )
+    api_version = models.CharField(
+        max_length=20,
+        blank=True,
+        validators=[v.validate_api_version],
+        help_text="Blank: detect from what slurmrestd serves (newest supported wins).",
+    )
+    user = models.CharField(max_length=100, blank=True, help_text="Sent as X-SLURM-USER-NAME.")
+    jwt = encrypt(models.TextField(blank=True, default=""))
+    hf_token = encrypt(models.TextField(blank=True, default=""))
+    cache_dir = models.CharField(max_length=500, blank=True)
+    images_dir = models.CharField(max_length=500, blank=True)
+    log_dir = models.CharField(max_length=500, blank=True)
+    setup = models.TextField(blank=True, help_text="Shell lines recipes insert at {{cluster.setup}}.")
+    images = models.JSONField(default=dict, blank=True, help_text="Engine name -> image path.")
+    node_addresses = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[v.validate_node_addresses],
+        help_text="Hostname -> IP literal. Endpoints and probes use these instead of DNS.",
+    )
+    detected_api_version = models.CharField(max_length=20, blank=True, editable=False)
+    detected_release = models.CharField(max_length=40, blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "Slurm settings"
+        verbose_name_plural = "Slurm settings"
+
+    def __str__(self) -> str:
+        return "Slurm settings"
+
+    def clean(self) -> None:
+        super().clean()
+        self.slurmrestd_url = self.slurmrestd_url.strip().rstrip("/")
+        self.user = self.user.strip()
+        errors: dict[str, str] = {}
+        if self.enabled and not self.slurmrestd_url:
+            errors["slurmrestd_url"] = "Set the slurmrestd URL (e.g. http://slurm-head:6820) to enable Slurm."
+        if self.enabled and not self.user:
+            errors["user"] = "Set the Slurm user the JWT belongs to (X-SLURM-USER-NAME) to enable Slurm."
+        if errors:
+            raise ValidationError(errors)
+
+    @classmethod
+    def load(cls) -> SlurmSettings:
+        obj, _ = cls.objects.get_or_create(pk=1)
+        return obj
+
+    @property
+    def effective_api_version(self) -> str:
+        return self.api_version or self.detected_api_version
+
+
+class Recipe(TimestampedModel):
+    """A recipe saved in the database. Library recipes are files in OBLETH_RECIPES_DIR."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200, unique=True)
+    body = models.TextField(help_text="---\\n<YAML header>\\n---\\n<batch script>")
+    author = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ManagedSpec(TimestampedModel):
+    """How a Slurm-hosted model is launched and how many replicas it keeps."""
+
+    model = models.OneToOneField(
+        Model, on_delete=models.CASCADE, primary_key=True, related_name="managed_spec"
+    )
+    enabled = models.BooleanField(default=True, help_text="Off: its replicas are drained.")
+    partition = models.CharField(max_length=200)
+    gres = models.CharField(max_length=200, blank=True, help_text="e.g. gpu:1 (sent as gres/gpu:1)")
+    nodes = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    constraints = models.CharField(max_length=500, blank=True)
+    exclude = models.CharField(max_length=500, blank=True, help_text="Nodes never to use.")
+    account = models.CharField(max_length=200, blank=True)
+    qos = models.CharField(max_length=200, blank=True)
+    time_limit = models.CharField(
+        max_length=40, blank=True, validators=[v.validate_time_limit], help_text="e.g. 4:00:00 or 1-00:00"
+    )
+    cpus_per_task = models.PositiveIntegerField(null=True, blank=True)
+    mem = models.CharField(
+        max_length=40, blank=True, validators=[v.validate_memory], help_text="e.g. 64G; 0 = whole node"
+    )
+    image = models.CharField(max_length=500, blank=True, help_text="Apptainer image; blank = bare metal")
+    preamble = models.TextField(blank=True)
+    launch_command = models.TextField(blank=True)
+    script_body = models.TextField(blank=True, help_text="A full batch script; wins over the above.")
+    log_output_dir = models.CharField(max_length=500, blank=True)
+    serving_port = models.PositiveIntegerField(validators=[v.validate_port])
+    health_path = models.CharField(max_length=200, default="/health", validators=[v.validate_health_path])
+    target_replicas = models.PositiveIntegerField(default=2, validators=[MaxValueValidator(1000)])
+    min_replicas = models.PositiveIntegerField(default=1)
+    max_job_failures = models.PositiveIntegerField(default=0, help_text="Stop after N failed launches; 0 never stops.")
+    launcher_spec = models.JSONField(null=True, blank=True)
+    recipe = models.ForeignKey(Recipe, null=True, blank=True, on_delete=models.SET_NULL)
+    last_provision_error = models.TextField(blank=True, editable=False)
+    last_provision_error_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = "managed spec"
+
+    def __str__(self) -> str:
+        return f"spec of {self.model_id}"
+
+    def clean(self) -> None:
+        super().clean()
+        errors: dict[str, str] = {}
+        if not self.partition.strip():
+            errors["partition"] = "Name the Slurm partition to submit to (sinfo lists them)."
+        if not self.script_body.strip() and not self.launch_command.strip():
+            errors["script_body"] = "Give a script_body (a recipe's batch script) or a launch_command."
+        if self.min_replicas > self.target_replicas and self.target_replicas > 0:
+            errors["min_replicas"] = (
+                f"min_replicas ({self.min_replicas}) cannot exceed target_replicas "
+                f"({self.target_replicas})."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+
+class Replica(models.Model):
+    """One Slurm job that serves (or will serve) a model. Owned by the provisioner.
+
+    model_id is a plain UUID, not a foreign key, so the row outlives its model and the drain can
+    still cancel the job.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    model_id = models.UUIDField(db_index=True)
+    model_name = models.CharField(max_length=200)
+    state = models.CharField(max_length=16, choices=ReplicaState.choices, default=ReplicaState.PENDING)
+    job_id = models.CharField(max_length=40, blank=True, db_index=True)
+    job_name = models.CharField(max_length=300)
+    nodes = models.CharField(max_length=500, blank=True)
+    port_base = models.PositiveIntegerField(null=True, blank=True)
+    port = models.PositiveIntegerField(null=True, blank=True)
+    endpoint_id = models.UUIDField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    last_message = models.CharField(max_length=500, blank=True)
+    probe_failures = models.PositiveIntegerField(default=0)
+    excluded_nodes = models.CharField(max_length=500, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    healthy_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["model_name", "created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.model_name} job {self.job_id or '(not submitted)'}"
+
+
+class Launch(models.Model):
+    """History: one row per replica ever submitted, with a snapshot of what was sent. Never deleted."""
+
+    id = models.UUIDField(primary_key=True, editable=False)  # the replica's id
+    model_id = models.UUIDField(db_index=True)
+    model_name = models.CharField(max_length=200)
+    recipe_id = models.UUIDField(null=True, blank=True, db_index=True)
+    job_id = models.CharField(max_length=40, blank=True)
+    job_name = models.CharField(max_length=300)
+    partition = models.CharField(max_length=200, blank=True)
+    account = models.CharField(max_length=200, blank=True)
+    qos = models.CharField(max_length=200, blank=True)
+    time_limit = models.CharField(max_length=40, blank=True)
+    gres = models.CharField(max_length=200, blank=True)
+    nodes_requested = models.PositiveIntegerField(default=1)
+    cpus_per_task = models.PositiveIntegerField(null=True, blank=True)
+    mem = models.CharField(max_length=40, blank=True)
+    exclude = models.CharField(max_length=500, blank=True)
+    constraints = models.CharField(max_length=500, blank=True)
+    submission = models.JSONField(default=dict, help_text="What was sent to Slurm (no secrets).")
+    stdout_path = models.CharField(max_length=500, blank=True)
+    stderr_path = models.CharField(max_length=500, blank=True)
+    nodes = models.CharField(max_length=500, blank=True)
+    submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    healthy_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_state = models.CharField(max_length=60, blank=True)
+    end_reason = models.CharField(max_length=500, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["-submitted_at"]
+        indexes: ClassVar[list[Any]] = [
+            models.Index(fields=["model_id", "-submitted_at"], name="launch_model_recent"),
+            models.Index(fields=["recipe_id", "-submitted_at"], name="launch_recipe_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_name} job {self.job_id or '?'}"
+
+
+class ProvisionerStatus(models.Model):
+    """Heartbeat and the outcome of the last pass (a single row, id 1)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    version = models.CharField(max_length=100, blank=True)
+    host = models.CharField(max_length=200, blank=True)
+    last_pass_status = models.CharField(max_length=8, choices=PassStatus.choices, blank=True)
+    last_pass_detail = models.TextField(blank=True)
+    last_pass_at = models.DateTimeField(null=True, blank=True)
+    last_pass_ms = models.PositiveIntegerField(null=True, blank=True)
+    non_ok_since = models.DateTimeField(null=True, blank=True)
+    last_ok_at = models.DateTimeField(null=True, blank=True)
+    held_alert_active = models.BooleanField(default=False)
+
+    class Meta:
+        verbose_name = "provisioner status"
+        verbose_name_plural = "provisioner status"
+
+    def __str__(self) -> str:
+        return "provisioner status"
+
+    @classmethod
+    def load(cls) -> ProvisionerStatus:
+        obj, _ = cls.objects.get_or_create(pk=1)
+        return obj
+
+
+class Alert(models.Model):
+    """Alert log: every alert fired (deduplicated by key within a cooldown)."""
+
+    key = models.CharField(max_length=200, db_index=True)
+    title = models.CharField(max_length=300)
+    detail = models.TextField(blank=True)
+    severity = models.CharField(max_length=16, default="warning")
+    channels = models.CharField(max_length=200, blank=True, help_text="Where it was delivered.")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Lease(models.Model):
+    """A lock that expires if its holder dies: one pass acts on a model at a time."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    owner = models.CharField(max_length=200)
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,207 @@
+"""obleth settings. Everything comes from OBLETH_* environment variables (see README)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from obleth.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("OBLETH_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("OBLETH_DEBUG", False)
+
+SECRET_KEY = env_str("OBLETH_SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "OBLETH_SECRET_KEY is not set. Set it to a long random string "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(50))'), "
+            "or set OBLETH_DEBUG=1 for a development instance."
+        )
+    SECRET_KEY = "obleth-development-only-secret-key-do-not-use-in-production"
+
+# Secrets at rest (JWT, Hugging Face token, endpoint API keys) are encrypted with this key.
+OBLETH_ENCRYPTION_KEY = env_str("OBLETH_ENCRYPTION_KEY")
+if not OBLETH_ENCRYPTION_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "OBLETH_ENCRYPTION_KEY is not set. It encrypts the Slurm JWT, the Hugging Face token and "
+            "endpoint API keys at rest. Set it to a long random string and keep it: changing it makes "
+            "stored secrets unreadable. (OBLETH_DEBUG=1 uses a development key.)"
+        )
+    OBLETH_ENCRYPTION_KEY = "obleth-development-only-encryption-key"
+CRYPTOGRAPHY_KEY = OBLETH_ENCRYPTION_KEY
+CRYPTOGRAPHY_SALT = "obleth-secrets-at-rest"
+
+OBLETH_ADMIN_TOKEN = env_str("OBLETH_ADMIN_TOKEN")
+
+ALLOWED_HOSTS = env_list("OBLETH_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if not DEBUG else "*")
+CSRF_TRUSTED_ORIGINS = env_list("OBLETH_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "obleth.core",
+    "obleth.api",
+    "obleth.gateway",
+    "provisioner",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "obleth.urls"
+WSGI_APPLICATION = "obleth.wsgi.application"
+ASGI_APPLICATION = "obleth.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database: SQLite by default (one command on a fresh machine); PostgreSQL via DATABASE_URL.
+_default_db = f"sqlite:///{VAR_DIR / 'obleth.sqlite3'}"
+DATABASE_URL = env_str("OBLETH_DATABASE_URL") or env_str("DATABASE_URL") or _default_db
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("OBLETH_TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+REDIS_URL = env_str("OBLETH_REDIS_URL") or env_str("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+# ----------------------------------------------------------------------------- REST API
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "obleth.api.auth.AdminTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["obleth.api.auth.IsOperator"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "obleth.api.pagination.OblethPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "obleth.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "obleth Management API",
+    "DESCRIPTION": "Models, endpoints, Slurm settings, managed specs, replicas, launches and recipes.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# ----------------------------------------------------------------------------- Celery
+CELERY_BROKER_URL = env_str("OBLETH_CELERY_BROKER_URL") or REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_TASK_ALWAYS_EAGER = env_bool("OBLETH_CELERY_EAGER", False)
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# ----------------------------------------------------------------------------- provisioner knobs
+OBLETH_PROVISIONER_INTERVAL_SECS = env_int("OBLETH_PROVISIONER_INTERVAL_SECS", 15, minimum=1)
+OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS = env_int("OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS", 5, minimum=1)
+OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS = env_int("OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS", 600, minimum=0)
+OBLETH_PROVISIONER_LOST_RETENTION_SECS = env_int("OBLETH_PROVISIONER_LOST_RETENTION_SECS", 900, minimum=0)
+OBLETH_PROVISIONER_RESTART_AFTER_FAILURES = env_int("OBLETH_PROVISIONER_RESTART_AFTER_FAILURES", 20)
+OBLETH_PROVISIONER_JOB_PREFIX = env_str("OBLETH_PROVISIONER_JOB_PREFIX", "obleth-") or "obleth-"
+OBLETH_PROVISIONER_HELD_ALERT_SECS = env_int("OBLETH_PROVISIONER_HELD_ALERT_SECS", 600, minimum=1)
+OBLETH_PROVISIONER_FAILED_NODE_MEMORY_SECS = env_int(
+    "OBLETH_PROVISIONER_FAILED_NODE_MEMORY_SECS", 3600, minimum=0
+)
+OBLETH_PROVISIONER_PROBE_CONCURRENCY = env_int("OBLETH_PROVISIONER_PROBE_CONCURRENCY", 256, minimum=1)
+OBLETH_PROVISIONER_LOCK_TTL_SECS = env_int("OBLETH_PROVISIONER_LOCK_TTL_SECS", 120, minimum=5)
+OBLETH_PROVISIONER_DISPATCH = env_str("OBLETH_PROVISIONER_DISPATCH", "celery")  # celery | inline
+OBLETH_PORT_SPAN = env_int("OBLETH_PORT_SPAN", 8, minimum=1)
+OBLETH_SLURM_TIMEOUT_SECS = env_int("OBLETH_SLURM_TIMEOUT_SECS", 30, minimum=1)
+
+# Gateway endpoint check (a real one-token inference per endpoint, feeds the zombie signal)
+OBLETH_MODEL_HEALTH_ENABLED = env_bool("OBLETH_MODEL_HEALTH_ENABLED", True)
+OBLETH_MODEL_HEALTH_INTERVAL_SECS = env_int("OBLETH_MODEL_HEALTH_INTERVAL_SECS", 900, minimum=1)
+OBLETH_MODEL_HEALTH_TIMEOUT_SECS = env_int("OBLETH_MODEL_HEALTH_TIMEOUT_SECS", 30, minimum=1)
+OBLETH_GATEWAY_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_TIMEOUT_SECS", 600, minimum=1)
+
+# Alerts: always logged; e-mail and a Slack-compatible webhook when configured.
+OBLETH_ALERT_EMAIL_TO = env_list("OBLETH_ALERT_EMAIL_TO")
+OBLETH_ALERT_WEBHOOK_URL = env_str("OBLETH_ALERT_WEBHOOK_URL")
+OBLETH_ALERT_MIN_INTERVAL_SECS = env_int("OBLETH_ALERT_MIN_INTERVAL_SECS", 300, minimum=0)
+EMAIL_BACKEND = env_str("OBLETH_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("OBLETH_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("OBLETH_EMAIL_PORT", 25)
+DEFAULT_FROM_EMAIL = env_str("OBLETH_EMAIL_FROM", "obleth@localhost")
+
+OBLETH_RECIPES_DIR = Path(env_str("OBLETH_RECIPES_DIR", str(BASE_DIR / "recipes")))
+
+CELERY_BEAT_SCHEDULE = {
+    "provisioner-pass": {
+        "task": "provisioner.tasks.reconcile_pass",
+        "schedule": float(OBLETH_PROVISIONER_INTERVAL_SECS),
+        "options": {"expires": float(OBLETH_PROVISIONER_INTERVAL_SECS)},
+    },
+    "gateway-endpoint-checks": {
+        "task": "obleth.gateway.tasks.check_due_endpoints",
+        "schedule": 30.0,
+        "options": {"expires": 30.0},
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "obleth.logging.RedactSecretsFilter"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}
+    },
+    "root": {"handlers": ["console"], "level": env_str("OBLETH_LOG_LEVEL", "INFO").upper()},
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+}

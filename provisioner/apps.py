@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ProvisionerConfig(AppConfig):
+    name = "provisioner"
+    verbose_name = "Provisioner"

@@ -1,0 +1,264 @@
+"""The provisioner's vocabulary: the snapshot a pass observes and the actions it plans.
+
+Pure data. ``plan.py`` turns a ``Snapshot`` into a list of actions; ``observe.py`` builds the
+snapshot (database, slurmrestd, probes) and ``execute.py`` carries the actions out. Nothing in
+this module or in ``plan.py`` reads a clock, the database or the network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import uuid
+
+from provisioner.slurm.types import JobInfo, JobPhase
+
+__all__ = [
+    "Action",
+    "Adopt",
+    "Cancel",
+    "CancelOrphan",
+    "CancelReason",
+    "DeleteEndpoint",
+    "DeleteReplica",
+    "EndpointView",
+    "JobInfo",
+    "JobPhase",
+    "Knobs",
+    "MarkLost",
+    "ModelSpec",
+    "Promote",
+    "ReplicaState",
+    "ReplicaView",
+    "Snapshot",
+    "Submit",
+    "UpdateMessage",
+]
+
+
+class ReplicaState(enum.StrEnum):
+    PENDING = "pending"  # job submitted (or about to be), waiting in the queue
+    STARTING = "starting"  # job running, server not yet answering on its port window
+    HEALTHY = "healthy"  # probe passed, endpoint registered
+    DRAINING = "draining"  # removed on purpose; waits for its job to end
+    LOST = "lost"  # job ended or vanished; kept for retention as a failed launch
+
+
+class CancelReason(enum.StrEnum):
+    SCALE_DOWN = "scale-down"
+    OPERATOR_RESTART = "restart"
+    PROBE_FAILED = "probe-failed"  # zombie: the provisioner's own probe kept failing
+    GATEWAY_UNHEALTHY = "gateway-unhealthy"  # zombie: the gateway's inference check failed
+    DRAIN = "drain"  # model disabled, spec removed or model deleted
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Knobs:
+    """Tunables, from OBLETH_PROVISIONER_* settings."""
+
+    port_span: int = 8
+    lost_retention_secs: int = 900
+    restart_after_failures: int = 20  # <= 0 disables both zombie signals
+    gateway_unhealthy_failures: int = 2
+    gateway_verdict_max_age_secs: int = 3600
+    failed_node_memory_secs: int = 3600  # how long a node where a replica failed is avoided
+    job_prefix: str = "obleth-"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Desired state of one Slurm-hosted model (its managed spec), as the planner needs it.
+
+    A model that has replicas but no enabled spec (disabled, spec deleted, model deleted) is
+    given as ``enabled=False``: it is drained (target 0).
+    """
+
+    model_id: uuid.UUID
+    model_name: str
+    enabled: bool
+    target_replicas: int
+    max_job_failures: int = 0  # 0 = never stop submitting
+    serving_port: int = 8000
+    excluded_nodes: tuple[str, ...] = ()  # the operator's own exclude list
+    node_count: int = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplicaView:
+    id: uuid.UUID
+    model_id: uuid.UUID
+    state: ReplicaState
+    job_name: str  # set before submit; identifies the job if the submit answer was lost
+    created_at: dt.datetime
+    job_id: str = ""  # "" until the submit answered (crash safety: adopt by job_name)
+    submitted_at: dt.datetime | None = None  # when the submit was sent (None: not yet)
+    port_base: int | None = None
+    endpoint_id: uuid.UUID | None = None
+    cancel_requested: bool = False
+    nodes: tuple[str, ...] = ()
+    last_message: str = ""
+    probe_failures: int = 0  # decaying zombie counter, persisted on the row
+    excluded_nodes: tuple[str, ...] = ()  # nodes this replica's submit asked to avoid
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndpointView:
+    """An endpoint of a Slurm-hosted model (only those the provisioner may own)."""
+
+    id: uuid.UUID
+    model_id: uuid.UUID
+    name: str
+    api_base: str
+    replica_id: uuid.UUID | None  # the replica it was registered for (None: added by hand)
+    health_status: str = "unknown"  # gateway verdict: healthy / degraded / unhealthy / unknown
+    consecutive_failures: int = 0
+    last_checked_at: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FailedPlacement:
+    """A recent replica failure on a node (from launch history), used to place away from it."""
+
+    model_id: uuid.UUID
+    node: str
+    ended_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one pass knows. Built by observe; the only input of plan()."""
+
+    now: dt.datetime
+    knobs: Knobs
+    specs: tuple[ModelSpec, ...]
+    replicas: tuple[ReplicaView, ...]
+    # Jobs from ONE listing of slurmrestd, filtered to our job-name prefix, keyed by job id.
+    jobs: dict[str, JobInfo]
+    # When that listing was taken; a replica submitted after it may be missing from it.
+    jobs_listed_at: dt.datetime
+    # replica id -> lowest port of its window that answered the health probe as ready.
+    # A replica that was probed and had no ready port maps to None; one not probed is absent.
+    probes: dict[uuid.UUID, int | None]
+    # node hostname -> address to register (override, resolved IP, or the name itself)
+    addresses: dict[str, str]
+    endpoints: tuple[EndpointView, ...] = ()
+    # False when the endpoint list could not be read: no dangling/orphan endpoint repairs then.
+    endpoints_trusted: bool = True
+    failed_placements: tuple[FailedPlacement, ...] = ()
+    # Node names of the partitions' nodes that are up, per model (for placing away); empty = unknown
+    candidate_nodes: dict[uuid.UUID, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------- actions
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Submit:
+    """Create a replica row (state pending, job name set) and then submit its job.
+
+    ``replica_id`` is chosen by the planner so the job name is known before the submit;
+    ``existing`` is True when the row already exists (its earlier submit never reached Slurm).
+    """
+
+    model_id: uuid.UUID
+    replica_id: uuid.UUID
+    job_name: str
+    port_base: int
+    excluded_nodes: tuple[str, ...] = ()
+    existing: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Adopt:
+    """A row whose submit answer was lost: its job was found by name in the listing."""
+
+    model_id: uuid.UUID
+    replica_id: uuid.UUID
+    job_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Promote:
+    """Register (or reuse) the endpoint and mark the replica healthy."""
+
+    model_id: uuid.UUID
+    replica_id: uuid.UUID
+    node: str
+    address: str
+    port: int
+    api_base: str  # http://<address>:<port>/v1
+    endpoint_name: str
+    endpoint_id: uuid.UUID | None = None  # an existing endpoint to reuse/fix, if any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MarkLost:
+    model_id: uuid.UUID
+    replica_id: uuid.UUID
+    message: str  # "job gone" or "job ended: TIMEOUT (TimeLimit)"
+    endpoint_id: uuid.UUID | None = None
+    end_state: str = "gone"  # Slurm terminal state, or "gone"
+    end_reason: str = ""
+    nodes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cancel:
+    """Deregister the endpoint first, then cancel the job, then mark the row draining."""
+
+    model_id: uuid.UUID
+    replica_id: uuid.UUID
+    job_id: str
+    reason: CancelReason
+    message: str
+    endpoint_id: uuid.UUID | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelOrphan:
+    """A live job carrying our prefix that no replica row knows: cancel it."""
+
+    job_id: str
+    job_name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeleteReplica:
+    model_id: uuid.UUID
+    replica_id: uuid.UUID
+    why: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeleteEndpoint:
+    """An endpoint the provisioner registered whose replica is not serving any more."""
+
+    model_id: uuid.UUID
+    endpoint_id: uuid.UUID
+    why: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UpdateMessage:
+    """Observational fields of a row: message, nodes, probe counter, state starting."""
+
+    model_id: uuid.UUID
+    replica_id: uuid.UUID
+    message: str | None = None
+    nodes: tuple[str, ...] | None = None
+    probe_failures: int | None = None
+    state: ReplicaState | None = None  # only PENDING -> STARTING transitions use this
+
+
+Action = (
+    Submit
+    | Adopt
+    | Promote
+    | MarkLost
+    | Cancel
+    | CancelOrphan
+    | DeleteReplica
+    | DeleteEndpoint
+    | UpdateMessage
+)

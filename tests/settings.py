@@ -1,0 +1,19 @@
+"""Settings for the test suite: PostgreSQL and Redis on this machine, eager Celery."""
+
+import os
+
+os.environ.setdefault("OBLETH_SECRET_KEY", "test-secret-key-not-for-production")
+os.environ.setdefault("OBLETH_ENCRYPTION_KEY", "test-encryption-key-not-for-production")
+os.environ.setdefault("OBLETH_ADMIN_TOKEN", "test-admin-token-0123456789abcdef")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
+os.environ.setdefault("OBLETH_DEBUG", "0")
+os.environ.setdefault("OBLETH_PROVISIONER_DISPATCH", "inline")
+
+from obleth.settings import *  # noqa: E402, F403
+from obleth.settings import ALLOWED_HOSTS  # noqa: E402
+
+ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]
+CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
