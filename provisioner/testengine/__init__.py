@@ -1,0 +1,27 @@
+"""The obleth test engine: an OpenAI-compatible server that is NOT a model.
+
+``server.py`` uses the Python standard library only, so a Slurm job can run it with any
+``python3`` and no packages: ``python3 <SERVER_PATH> --port 8000``. Inside the project it also
+runs as ``python -m provisioner.testengine``. See ``server.py`` (or ``--help``) for the routes,
+the fault switches and the multi-port mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+__all__ = ["ENGINE_HEADER", "LISTENING_MARK", "SERVER_PATH", "engine_command"]
+
+SERVER_PATH: Final = Path(__file__).resolve().with_name("server.py")
+# Every answer carries this header, so a probe can tell the test engine from a real one.
+ENGINE_HEADER: Final = "X-Obleth-Test-Engine"
+# The engine writes a line containing this to stderr once it accepts connections.
+LISTENING_MARK: Final = "obleth test engine (not a model) listening on"
+
+
+def engine_command(*flags: str, python: str = "/usr/bin/python3") -> list[str]:
+    """The argv that starts the engine with the given flags, e.g. ``("--port", "8000")``."""
+    extra: Sequence[str] = flags
+    return [python, str(SERVER_PATH), *extra]
