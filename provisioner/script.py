@@ -1,0 +1,114 @@
+"""The batch script a replica's job runs (reference section 4.1-4.2).
+
+Pure text: no I/O. ``render_batch_script`` either takes a recipe's script verbatim or assembles
+``apptainer exec --nv '<image>' <launch_command>`` (or the bare command), then puts the port-window
+block right after the shebang so the server can listen on ``$OBLETH_SERVING_PORT``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SHEBANG", "port_window_block", "render_batch_script", "shell_quote"]
+
+SHEBANG = "#!/bin/bash"
+_STRICT = "set -euo pipefail"
+_MAX_PORT = 65535
+
+
+def shell_quote(text: str) -> str:
+    """POSIX single quotes; an embedded ``'`` becomes ``'\\''``."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _lf(text: str) -> str:
+    # A "\r" left after the shebang or "set -e" breaks bash options.
+    return text.replace("\r\n", "\n")
+
+
+def _check_window(port_base: int, port_span: int) -> None:
+    if port_span < 1:
+        raise ValueError(f"port_span must be at least 1 (got {port_span}); set a positive span")
+    if port_base < 1 or port_base + port_span - 1 > _MAX_PORT:
+        raise ValueError(
+            f"port_base {port_base} with port_span {port_span} leaves 1..{_MAX_PORT}; "
+            "choose a lower serving_port or a smaller span"
+        )
+
+
+def port_window_block(port_base: int, port_span: int) -> str:
+    """Bash lines that export the first free port of ``port_base .. port_base+span-1``.
+
+    A port counts as taken when a TCP connection to 127.0.0.1 on it succeeds (pure bash
+    ``/dev/tcp``, in a subshell, stderr silenced; no ``seq`` or ``timeout``). When every port
+    answers, ``OBLETH_SERVING_PORT`` falls back to ``port_base``. ``OBLETH_PORT_BASE`` and
+    ``OBLETH_PORT_SPAN`` are exported too.
+    """
+    _check_window(port_base, port_span)
+    end = port_base + port_span  # exclusive
+    return "\n".join(
+        [
+            f"# obleth: serve on the first free port of this replica's window "
+            f"{port_base}-{end - 1}",
+            f"export OBLETH_PORT_BASE={port_base}",
+            f"export OBLETH_PORT_SPAN={port_span}",
+            "unset OBLETH_SERVING_PORT",
+            f"for ((obleth_port = {port_base}; obleth_port < {end}; obleth_port++)); do",
+            '  if ! (exec 3<>"/dev/tcp/127.0.0.1/${obleth_port}") 2>/dev/null; then',
+            '    export OBLETH_SERVING_PORT="${obleth_port}"',
+            "    break",
+            "  fi",
+            "done",
+            "unset obleth_port",
+            f'export OBLETH_SERVING_PORT="${{OBLETH_SERVING_PORT:-{port_base}}}"',
+        ]
+    )
+
+
+def _with_newline(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _assemble(*, script_body: str, image: str, preamble: str, launch_command: str) -> str:
+    body = _lf(script_body)
+    if body.strip():
+        stripped = body.lstrip()
+        if stripped.startswith("#!"):
+            # Verbatim; only whitespace before the shebang goes (the kernel needs it first).
+            return _with_newline(stripped)
+        return _with_newline(f"{SHEBANG}\n{_STRICT}\n{body}")
+    command = _lf(launch_command).strip()
+    if not command:
+        raise ValueError(
+            "launch_command is empty and there is no script_body; "
+            "give the spec a launch command or a script"
+        )
+    lines = [SHEBANG, _STRICT]
+    pre = _lf(preamble).strip()
+    if pre:
+        lines.append(pre)
+    img = _lf(image).strip()
+    lines.append(f"apptainer exec --nv {shell_quote(img)} {command}" if img else command)
+    return "\n".join(lines) + "\n"
+
+
+def render_batch_script(
+    *,
+    script_body: str,
+    image: str,
+    preamble: str,
+    launch_command: str,
+    port_base: int,
+    port_span: int,
+) -> str:
+    """The full job script: recipe script or assembled exec line, port block after the shebang.
+
+    Raises ``ValueError`` naming the field when neither ``script_body`` nor ``launch_command``
+    is given, or when the port window does not fit in 1..65535.
+    """
+    block = port_window_block(port_base, port_span)
+    script = _assemble(
+        script_body=script_body, image=image, preamble=preamble, launch_command=launch_command
+    )
+    first, sep, rest = script.partition("\n")
+    if first.startswith("#!"):
+        return f"{first}\n{block}\n{rest}" if sep else f"{first}\n{block}\n"
+    return f"{block}\n{script}"
