@@ -29,9 +29,10 @@ OBLETH_ENCRYPTION_KEY = env_str("OBLETH_ENCRYPTION_KEY")
 if not OBLETH_ENCRYPTION_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
-            "OBLETH_ENCRYPTION_KEY is not set. It encrypts the Slurm JWT, the Hugging Face token and "
-            "endpoint API keys at rest. Set it to a long random string and keep it: changing it makes "
-            "stored secrets unreadable. (OBLETH_DEBUG=1 uses a development key.)"
+            "OBLETH_ENCRYPTION_KEY is not set. It encrypts the Slurm JWT, the Hugging Face token "
+            "and endpoint API keys at rest. Set it to a long random string and keep it: changing "
+            "it makes stored secrets unreadable. "
+            "(OBLETH_DEBUG=1 uses a development key.)"
         )
     OBLETH_ENCRYPTION_KEY = "obleth-development-only-encryption-key"
 CRYPTOGRAPHY_KEY = OBLETH_ENCRYPTION_KEY
@@ -128,7 +129,9 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "obleth Management API",
-    "DESCRIPTION": "Models, endpoints, Slurm settings, managed specs, replicas, launches and recipes.",
+    "DESCRIPTION": (
+        "Models, endpoints, Slurm settings, managed specs, replicas, launches and recipes."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -149,16 +152,24 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # ----------------------------------------------------------------------------- provisioner knobs
 OBLETH_PROVISIONER_INTERVAL_SECS = env_int("OBLETH_PROVISIONER_INTERVAL_SECS", 15, minimum=1)
-OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS = env_int("OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS", 5, minimum=1)
-OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS = env_int("OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS", 600, minimum=0)
-OBLETH_PROVISIONER_LOST_RETENTION_SECS = env_int("OBLETH_PROVISIONER_LOST_RETENTION_SECS", 900, minimum=0)
+OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS = env_int(
+    "OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS", 5, minimum=1
+)
+OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS = env_int(
+    "OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS", 600, minimum=0
+)
+OBLETH_PROVISIONER_LOST_RETENTION_SECS = env_int(
+    "OBLETH_PROVISIONER_LOST_RETENTION_SECS", 900, minimum=0
+)
 OBLETH_PROVISIONER_RESTART_AFTER_FAILURES = env_int("OBLETH_PROVISIONER_RESTART_AFTER_FAILURES", 20)
 OBLETH_PROVISIONER_JOB_PREFIX = env_str("OBLETH_PROVISIONER_JOB_PREFIX", "obleth-") or "obleth-"
 OBLETH_PROVISIONER_HELD_ALERT_SECS = env_int("OBLETH_PROVISIONER_HELD_ALERT_SECS", 600, minimum=1)
 OBLETH_PROVISIONER_FAILED_NODE_MEMORY_SECS = env_int(
     "OBLETH_PROVISIONER_FAILED_NODE_MEMORY_SECS", 3600, minimum=0
 )
-OBLETH_PROVISIONER_PROBE_CONCURRENCY = env_int("OBLETH_PROVISIONER_PROBE_CONCURRENCY", 256, minimum=1)
+OBLETH_PROVISIONER_PROBE_CONCURRENCY = env_int(
+    "OBLETH_PROVISIONER_PROBE_CONCURRENCY", 256, minimum=1
+)
 OBLETH_PROVISIONER_LOCK_TTL_SECS = env_int("OBLETH_PROVISIONER_LOCK_TTL_SECS", 120, minimum=5)
 OBLETH_PROVISIONER_DISPATCH = env_str("OBLETH_PROVISIONER_DISPATCH", "celery")  # celery | inline
 OBLETH_PORT_SPAN = env_int("OBLETH_PORT_SPAN", 8, minimum=1)
@@ -169,6 +180,8 @@ OBLETH_MODEL_HEALTH_ENABLED = env_bool("OBLETH_MODEL_HEALTH_ENABLED", True)
 OBLETH_MODEL_HEALTH_INTERVAL_SECS = env_int("OBLETH_MODEL_HEALTH_INTERVAL_SECS", 900, minimum=1)
 OBLETH_MODEL_HEALTH_TIMEOUT_SECS = env_int("OBLETH_MODEL_HEALTH_TIMEOUT_SECS", 30, minimum=1)
 OBLETH_GATEWAY_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_TIMEOUT_SECS", 600, minimum=1)
+# Client keys for /v1 (comma separated). Unset: the gateway takes requests without a key.
+OBLETH_GATEWAY_API_KEYS = env_list("OBLETH_GATEWAY_API_KEYS")
 
 # Alerts: always logged; e-mail and a Slack-compatible webhook when configured.
 OBLETH_ALERT_EMAIL_TO = env_list("OBLETH_ALERT_EMAIL_TO")

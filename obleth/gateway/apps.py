@@ -5,3 +5,6 @@ class GatewayConfig(AppConfig):
     name = "obleth.gateway"
     label = "gateway"
     verbose_name = "Gateway"
+
+    def ready(self) -> None:
+        from obleth.gateway import signals  # noqa: F401  (connects the receivers)
