@@ -218,3 +218,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("OBLETH_LOG_LEVEL", "INFO").upper()},
     "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }
+
+# Static files (admin, Swagger UI) are served by WhiteNoise; finders let it work before
+# collectstatic has run (scripts/run runs it).
+WHITENOISE_USE_FINDERS = True

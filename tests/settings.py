@@ -13,6 +13,7 @@ from obleth.settings import *  # noqa: E402, F403
 from obleth.settings import ALLOWED_HOSTS  # noqa: E402
 
 ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"

@@ -54,4 +54,6 @@ class IsOperator(permissions.BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         user = request.user
-        return bool(user and getattr(user, "is_authenticated", False) and getattr(user, "is_staff", False))
+        return bool(
+            user and getattr(user, "is_authenticated", False) and getattr(user, "is_staff", False)
+        )

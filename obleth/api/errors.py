@@ -15,7 +15,9 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DjangoValidationError):
-        detail: Any = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        detail: Any = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
         exc = exceptions.ValidationError(detail)
     response = drf_exception_handler(exc, context)
     if response is None:

@@ -1,1 +1,70 @@
-urlpatterns: list = []
+"""Management API routes: /api/v1/..., the OpenAPI schema at /api/schema/ and Swagger UI at
+/api/docs/. Every route needs the admin bearer token or a staff session. A trailing slash is
+optional everywhere."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from obleth.api import schema, views
+from obleth.api.auth import IsOperator
+
+app_name = "api"
+
+_extensions = (schema.AdminTokenScheme,)  # registers the bearer scheme with drf-spectacular
+
+#: Optional trailing slash; a non-capturing group so the schema shows paths without one.
+SLASH = "(?:/)?"
+UUID = views.UUID_RE
+
+router = SimpleRouter()
+router.trailing_slash = SLASH
+router.register("models", views.ModelViewSet, basename="model")
+router.register(
+    rf"models/(?P<model_id>{UUID})/endpoints", views.ModelEndpointViewSet, basename="model-endpoint"
+)
+router.register(
+    rf"models/(?P<model_id>{UUID})/replicas", views.ModelReplicaViewSet, basename="model-replica"
+)
+router.register("endpoints", views.EndpointViewSet, basename="endpoint")
+router.register("managed", views.ManagedSpecListViewSet, basename="managed")
+router.register("replicas", views.ReplicaViewSet, basename="replica")
+router.register("deployments/launches", views.LaunchViewSet, basename="launch")
+router.register("recipes", views.RecipeViewSet, basename="recipe")
+router.register("alerts", views.AlertViewSet, basename="alert")
+
+v1: list[URLPattern | URLResolver] = [
+    re_path(
+        rf"^models/(?P<model_id>{UUID})/managed{SLASH}$",
+        views.ManagedSpecView.as_view(),
+        name="model-managed",
+    ),
+    re_path(
+        rf"^models/(?P<model_id>{UUID})/managed/provision-error{SLASH}$",
+        views.ProvisionErrorView.as_view(),
+        name="model-provision-error",
+    ),
+    re_path(rf"^settings/slurm{SLASH}$", views.SlurmSettingsView.as_view(), name="slurm-settings"),
+    re_path(rf"^settings/slurm/test{SLASH}$", views.SlurmTestView.as_view(), name="slurm-test"),
+    re_path(
+        rf"^slurm/resources{SLASH}$", views.SlurmResourcesView.as_view(), name="slurm-resources"
+    ),
+    re_path(
+        rf"^provisioner/status{SLASH}$",
+        views.ProvisionerStatusView.as_view(),
+        name="provisioner-status",
+    ),
+    *router.urls,
+]
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("v1/", include(v1)),
+    path("schema/", SpectacularAPIView.as_view(permission_classes=[IsOperator]), name="schema"),
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(url_name="api:schema", permission_classes=[IsOperator]),
+        name="docs",
+    ),
+]

@@ -1,0 +1,607 @@
+"""Management API serializers: input validation and the shape of answers.
+
+Secrets are write-only everywhere: answers say ``*_set`` and ``*_last4``, never the value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from obleth.core import services
+from obleth.core.models import (
+    Alert,
+    Endpoint,
+    Launch,
+    ManagedSpec,
+    Model,
+    Recipe,
+    Replica,
+    SlurmSettings,
+    mask_secret,
+)
+from obleth.core.validators import validate_node_addresses
+
+# ------------------------------------------------------------------------------------------ models
+
+
+class ModelSerializer(serializers.ModelSerializer[Model]):
+    name = serializers.CharField(
+        max_length=200, help_text="The name clients send in the 'model' field."
+    )
+    managed = serializers.SerializerMethodField(
+        help_text="Whether a managed spec exists (Slurm-provisioned models)."
+    )
+
+    class Meta:
+        model = Model
+        fields = [
+            "id",
+            "name",
+            "hosting_mode",
+            "upstream_model",
+            "model_type",
+            "enabled",
+            "managed",
+            "health_status",
+            "health_message",
+            "health_consecutive_failures",
+            "health_checked_at",
+            "health_next_check_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = [
+            "health_status",
+            "health_message",
+            "health_consecutive_failures",
+            "health_checked_at",
+            "health_next_check_at",
+            "created_at",
+            "updated_at",
+        ]
+        extra_kwargs = {"hosting_mode": {"required": False}}
+
+    def get_managed(self, obj: Model) -> bool:
+        return hasattr(obj, "managed_spec")
+
+    def validate_name(self, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise serializers.ValidationError("Give the name clients send in the 'model' field.")
+        clash = Model.objects.filter(name=value)
+        if self.instance is not None:
+            clash = clash.exclude(pk=self.instance.pk)
+        if clash.exists():
+            raise serializers.ValidationError(
+                f"A model named {value!r} already exists: pick another name."
+            )
+        return value
+
+    def validate_hosting_mode(self, value: str) -> str:
+        if self.instance is not None and value != self.instance.hosting_mode:
+            raise serializers.ValidationError(
+                f"The hosting mode is fixed at creation (this model is "
+                f"{self.instance.hosting_mode!r}). Create a new model to host it another way."
+            )
+        return value
+
+
+# --------------------------------------------------------------------------------------- endpoints
+
+
+class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
+    model_id = serializers.UUIDField(read_only=True)
+    model_name = serializers.CharField(source="model.name", read_only=True)
+    api_key = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=True,
+        style={"input_type": "password"},
+        help_text="Write-only. Omit to keep the stored key; an empty string clears it.",
+    )
+    api_key_set = serializers.SerializerMethodField()
+    api_key_last4 = serializers.SerializerMethodField()
+    priority = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        error_messages={"min_value": "Use 0 or more: a lower priority wins in failover."},
+    )
+    weight = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        error_messages={"min_value": "Use 1 or more: the weight is a share of traffic."},
+    )
+
+    class Meta:
+        model = Endpoint
+        fields = [
+            "id",
+            "model_id",
+            "model_name",
+            "name",
+            "api_base",
+            "api_key",
+            "api_key_set",
+            "api_key_last4",
+            "priority",
+            "weight",
+            "enabled",
+            "replica_id",
+            "health_status",
+            "consecutive_failures",
+            "last_checked_at",
+            "last_latency_ms",
+            "last_http_status",
+            "last_message",
+            "next_check_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = [
+            "replica_id",
+            "health_status",
+            "consecutive_failures",
+            "last_checked_at",
+            "last_latency_ms",
+            "last_http_status",
+            "last_message",
+            "next_check_at",
+            "created_at",
+            "updated_at",
+        ]
+
+    def get_api_key_set(self, obj: Endpoint) -> bool:
+        return bool(mask_secret(obj.api_key)["set"])
+
+    def get_api_key_last4(self, obj: Endpoint) -> str:
+        return str(mask_secret(obj.api_key)["last4"])
+
+    def validate_api_base(self, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise serializers.ValidationError(
+                "Give the server's OpenAI root, e.g. http://gpu-node-01:8000/v1."
+            )
+        return value
+
+    def validate_name(self, value: str) -> str:
+        value = value.strip()
+        model = self.context.get("model") or (self.instance.model if self.instance else None)
+        if model is not None:
+            clash = Endpoint.objects.filter(model=model, name=value)
+            if self.instance is not None:
+                clash = clash.exclude(pk=self.instance.pk)
+            if clash.exists():
+                raise serializers.ValidationError(
+                    f"Model {model.name!r} already has an endpoint named {value!r}: pick another "
+                    "name."
+                )
+        return value
+
+
+# ---------------------------------------------------------------------------------- managed specs
+
+
+class ManagedSpecSerializer(serializers.ModelSerializer[ManagedSpec]):
+    model_id = serializers.UUIDField(read_only=True)
+    model_name = serializers.CharField(source="model.name", read_only=True)
+    partition = serializers.CharField(
+        max_length=200,
+        allow_blank=True,
+        help_text="Slurm partition to submit to (sinfo lists them).",
+    )
+    serving_port = serializers.IntegerField(
+        min_value=1,
+        max_value=65535,
+        error_messages={
+            "min_value": "serving_port is a TCP port: use a number from 1 to 65535.",
+            "max_value": "serving_port is a TCP port: use a number from 1 to 65535.",
+        },
+        help_text="Base of the port windows (serving_port + i × OBLETH_PORT_SPAN).",
+    )
+    nodes = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        error_messages={"min_value": "A replica needs at least 1 node."},
+    )
+    cpus_per_task = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        error_messages={"min_value": "Use 0 or more CPUs per task (0 or empty: Slurm's default)."},
+    )
+    target_replicas = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        error_messages={
+            "min_value": "Use 0 or more replicas (0 stops every replica).",
+            "max_value": "Use at most 1000 replicas.",
+        },
+    )
+    min_replicas = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        error_messages={"min_value": "Use 0 or more (the health floor of the model)."},
+    )
+    max_job_failures = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        error_messages={"min_value": "Use 0 (never stop) or more failed launches."},
+    )
+    recipe = serializers.PrimaryKeyRelatedField(
+        queryset=Recipe.objects.all(), required=False, allow_null=True
+    )
+
+    class Meta:
+        model = ManagedSpec
+        fields = [
+            "model_id",
+            "model_name",
+            "enabled",
+            "partition",
+            "gres",
+            "nodes",
+            "constraints",
+            "exclude",
+            "account",
+            "qos",
+            "time_limit",
+            "cpus_per_task",
+            "mem",
+            "image",
+            "preamble",
+            "launch_command",
+            "script_body",
+            "log_output_dir",
+            "serving_port",
+            "health_path",
+            "target_replicas",
+            "min_replicas",
+            "max_job_failures",
+            "launcher_spec",
+            "recipe",
+            "last_provision_error",
+            "last_provision_error_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = [
+            "last_provision_error",
+            "last_provision_error_at",
+            "created_at",
+            "updated_at",
+        ]
+
+    def save(self, **kwargs: Any) -> ManagedSpec:
+        model: Model = self.context["model"]
+        actor: str = self.context.get("actor", "admin")
+        spec, _ = services.upsert_managed_spec(
+            model, dict(self.validated_data), partial=self.partial, actor=actor
+        )
+        self.instance = spec
+        return spec
+
+
+class ProvisionErrorSerializer(serializers.Serializer[ManagedSpec]):
+    error = serializers.CharField(
+        allow_null=True,
+        allow_blank=True,
+        help_text="null (or empty) dismisses the banner; a string records a refused-job message.",
+    )
+
+
+# --------------------------------------------------------------------------------------- replicas
+
+
+class ReplicaSerializer(serializers.ModelSerializer[Replica]):
+    class Meta:
+        model = Replica
+        fields = [
+            "id",
+            "model_id",
+            "model_name",
+            "state",
+            "job_id",
+            "job_name",
+            "nodes",
+            "port_base",
+            "port",
+            "endpoint_id",
+            "cancel_requested",
+            "last_message",
+            "probe_failures",
+            "excluded_nodes",
+            "submitted_at",
+            "started_at",
+            "healthy_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class ClearLostSerializer(serializers.Serializer[Any]):
+    cleared = serializers.IntegerField(help_text="How many lost replicas were deleted.")
+
+
+# --------------------------------------------------------------------------------------- launches
+
+
+class LaunchSerializer(serializers.ModelSerializer[Launch]):
+    class Meta:
+        model = Launch
+        fields = [
+            "id",
+            "model_id",
+            "model_name",
+            "recipe_id",
+            "job_id",
+            "job_name",
+            "partition",
+            "account",
+            "qos",
+            "time_limit",
+            "gres",
+            "nodes_requested",
+            "cpus_per_task",
+            "mem",
+            "exclude",
+            "constraints",
+            "submission",
+            "stdout_path",
+            "stderr_path",
+            "nodes",
+            "submitted_at",
+            "started_at",
+            "healthy_at",
+            "ended_at",
+            "end_state",
+            "end_reason",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+# ---------------------------------------------------------------------------------------- recipes
+
+
+class RecipeSerializer(serializers.ModelSerializer[Recipe]):
+    name = serializers.CharField(max_length=200)
+
+    class Meta:
+        model = Recipe
+        fields = ["id", "name", "body", "author", "created_at", "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+
+    def validate_name(self, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise serializers.ValidationError("Give the recipe a name.")
+        clash = Recipe.objects.filter(name=value)
+        if self.instance is not None:
+            clash = clash.exclude(pk=self.instance.pk)
+        if clash.exists():
+            raise serializers.ValidationError(
+                f"A recipe named {value!r} already exists: pick another name or edit that one."
+            )
+        return value
+
+    def validate_body(self, value: str) -> str:
+        from obleth.core.recipes import RecipeError, parse_recipe
+
+        try:
+            parse_recipe(value)
+        except RecipeError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+        return value
+
+
+class LibraryRecipeSerializer(serializers.Serializer[Any]):
+    slug = serializers.CharField(help_text="The file name without .recipe.")
+    name = serializers.CharField()
+    path = serializers.CharField()
+    body = serializers.CharField(help_text="The whole recipe document.")
+    header = serializers.DictField(allow_empty=True)
+    error = serializers.CharField(allow_null=True, allow_blank=True)
+
+
+# ---------------------------------------------------------------------------------- provisioner
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+class StringMapField(serializers.JSONField):
+    """A JSON object of string -> string (validated by the model/services, which name the
+    entry at fault)."""
+
+
+class ProvisionerStatusSerializer(serializers.Serializer[Any]):
+    state = serializers.ChoiceField(choices=["running", "failing", "not_running"])
+    label = serializers.CharField(  # type: ignore[assignment]  # a field, not Field.label
+        help_text="'running', 'running but failing since <time>' or 'not running'."
+    )
+    running = serializers.BooleanField(help_text="A heartbeat within the last 60 seconds.")
+    failing = serializers.BooleanField(help_text="Running, but its passes fail: states frozen.")
+    failing_since = serializers.DateTimeField(allow_null=True)
+    held_secs = serializers.IntegerField(allow_null=True)
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+    last_seen_secs = serializers.IntegerField(allow_null=True)
+    version = serializers.CharField()
+    host = serializers.CharField()
+    last_pass_status = serializers.CharField()
+    last_pass_detail = serializers.CharField()
+    last_pass_at = serializers.DateTimeField(allow_null=True)
+    last_pass_ms = serializers.IntegerField(allow_null=True)
+    last_ok_at = serializers.DateTimeField(allow_null=True)
+    held_alert_active = serializers.BooleanField()
+
+
+class AlertSerializer(serializers.ModelSerializer[Alert]):
+    class Meta:
+        model = Alert
+        fields = ["id", "key", "title", "detail", "severity", "channels", "created_at"]
+        read_only_fields = fields
+
+
+# -------------------------------------------------------------------------------- Slurm settings
+
+
+class SlurmSettingsSerializer(serializers.ModelSerializer[SlurmSettings]):
+    """The Slurm connection and cluster defaults, secrets write-only."""
+
+    jwt = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=True,
+        style={"input_type": "password"},
+        help_text="Write-only. Empty or omitted keeps the stored JWT; send jwt_clear to remove it.",
+    )
+    jwt_clear = serializers.BooleanField(write_only=True, required=False, default=False)
+    hf_token = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=True,
+        style={"input_type": "password"},
+        help_text="Write-only Hugging Face token. Empty or omitted keeps it; hf_token_clear "
+        "removes it.",
+    )
+    hf_token_clear = serializers.BooleanField(write_only=True, required=False, default=False)
+    images = StringMapField(
+        required=False, help_text='Engine name -> image path, e.g. {"vllm": "vllm.sif"}.'
+    )
+    node_addresses = StringMapField(
+        required=False,
+        validators=[validate_node_addresses],
+        help_text='Hostname -> IP literal, e.g. {"gpu-node-01": "10.0.0.24"}. Endpoints and '
+        "probes use these instead of DNS; a hostname as the address is refused.",
+    )
+    jwt_set = serializers.SerializerMethodField()
+    jwt_last4 = serializers.SerializerMethodField()
+    jwt_expires_at = serializers.SerializerMethodField()
+    jwt_expired = serializers.SerializerMethodField()
+    hf_token_set = serializers.SerializerMethodField()
+    hf_token_last4 = serializers.SerializerMethodField()
+    provisioner = serializers.SerializerMethodField()
+
+    class Meta:
+        model = SlurmSettings
+        fields = [
+            "enabled",
+            "slurmrestd_url",
+            "api_version",
+            "user",
+            "jwt",
+            "jwt_clear",
+            "jwt_set",
+            "jwt_last4",
+            "jwt_expires_at",
+            "jwt_expired",
+            "hf_token",
+            "hf_token_clear",
+            "hf_token_set",
+            "hf_token_last4",
+            "cache_dir",
+            "images_dir",
+            "log_dir",
+            "setup",
+            "images",
+            "node_addresses",
+            "detected_api_version",
+            "detected_release",
+            "updated_at",
+            "provisioner",
+        ]
+        read_only_fields = ["detected_api_version", "detected_release", "updated_at"]
+
+    def get_jwt_set(self, obj: SlurmSettings) -> bool:
+        return bool(obj.jwt)
+
+    def get_jwt_last4(self, obj: SlurmSettings) -> str:
+        return str(mask_secret(obj.jwt)["last4"])
+
+    def get_jwt_expires_at(self, obj: SlurmSettings) -> dt.datetime | None:
+        return services.jwt_expiry(obj.jwt)
+
+    def get_jwt_expired(self, obj: SlurmSettings) -> bool | None:
+        expired: bool | None = services.jwt_view(obj.jwt)["expired"]
+        return expired
+
+    def get_hf_token_set(self, obj: SlurmSettings) -> bool:
+        return bool(obj.hf_token)
+
+    def get_hf_token_last4(self, obj: SlurmSettings) -> str:
+        return str(mask_secret(obj.hf_token)["last4"])
+
+    @extend_schema_field(ProvisionerStatusSerializer)
+    def get_provisioner(self, obj: SlurmSettings) -> dict[str, Any]:
+        view = services.provisioner_view(slurm_enabled=obj.enabled)
+        return dict(ProvisionerStatusSerializer(view.as_dict()).data)
+
+    def validate_slurmrestd_url(self, value: str) -> str:
+        return value.strip().rstrip("/")
+
+    def validate_user(self, value: str) -> str:
+        return value.strip()
+
+    def validate_api_version(self, value: str) -> str:
+        return value.strip()
+
+    def validate_images(self, value: Any) -> Any:
+        try:
+            services.validate_images(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
+        return value or {}
+
+    def validate_node_addresses(self, value: Any) -> Any:
+        return value or {}
+
+    def update(self, instance: SlurmSettings, validated_data: dict[str, Any]) -> SlurmSettings:
+        data = dict(validated_data)
+        secrets = {
+            "jwt": data.pop("jwt", None),
+            "jwt_clear": bool(data.pop("jwt_clear", False)),
+            "hf_token": data.pop("hf_token", None),
+            "hf_token_clear": bool(data.pop("hf_token_clear", False)),
+        }
+        return services.update_slurm_settings(
+            data, actor=self.context.get("actor", "admin"), **secrets
+        )
+
+
+class JwtStatusSerializer(serializers.Serializer[Any]):
+    set = serializers.BooleanField()
+    last4 = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    expired = serializers.BooleanField(allow_null=True)
+
+
+class SlurmTestResultSerializer(serializers.Serializer[Any]):
+    ok = serializers.BooleanField(help_text="slurmrestd answered the ping.")
+    latency_ms = serializers.FloatField(allow_null=True)
+    api_version = serializers.CharField(help_text="The API version the ping used.")
+    detected_api_version = serializers.CharField(help_text="Newest supported version served.")
+    slurm_release = serializers.CharField()
+    detail = serializers.CharField(help_text="Why it failed, or warnings.")
+    jwt = JwtStatusSerializer()
+
+
+class SlurmResourcesSerializer(serializers.Serializer[Any]):
+    partitions = serializers.ListField(child=serializers.DictField())
+    nodes = serializers.ListField(child=serializers.DictField())
+    accounts = serializers.ListField(child=serializers.JSONField())
+    qos = serializers.ListField(child=serializers.JSONField())
+    associations = serializers.ListField(child=serializers.DictField())
+    api_version = serializers.CharField(help_text="The slurmrestd API version used.")
+    reason = serializers.CharField(help_text="Why the answer is empty or partial ('' if not).")
+    errors = serializers.DictField(  # type: ignore[assignment]  # a field (DRF pops it)
+        child=serializers.CharField(), help_text="Part name -> why it could not be read."
+    )

@@ -1,0 +1,589 @@
+"""Operator actions shared by the Management API and the admin console.
+
+Views, serializers and admin classes validate input and call these functions; the rules live
+here: restarting a replica, clearing lost replicas, the provision-error banner, the managed spec
+upsert, Slurm settings with write-only secrets, the connection test, cluster discovery and the
+provisioner status view.
+
+Secrets (the Slurm JWT, the Hugging Face token, endpoint API keys) are never logged and never
+returned: answers carry ``*_set`` and ``*_last4`` only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+from django.utils import timezone
+
+from obleth.core.choices import HostingMode, PassStatus, ReplicaState
+from obleth.core.models import (
+    ManagedSpec,
+    Model,
+    ProvisionerStatus,
+    Replica,
+    SlurmSettings,
+    mask_secret,
+)
+from obleth.logging import redact, register_secret
+
+if TYPE_CHECKING:
+    from provisioner.slurm.types import PingResult
+
+logger = logging.getLogger("obleth.audit")
+
+#: A provisioner whose heartbeat is at most this old is "running" (inclusive).
+RUNNING_WINDOW_SECS = 60
+
+RESOURCE_PARTS = ("partitions", "nodes", "accounts", "qos", "associations")
+
+
+# --------------------------------------------------------------------------------------- secrets
+
+
+def keep_or_replace_secret(stored: str, supplied: str | None, *, clear: bool = False) -> str:
+    """The rule for write-only secrets in settings: blank or omitted keeps, ``clear`` empties."""
+    if clear:
+        return ""
+    if supplied is None or not supplied.strip():
+        return stored
+    return supplied.strip()
+
+
+def jwt_expiry(token: str | None) -> dt.datetime | None:
+    """The ``exp`` claim of a JWT, read WITHOUT verifying its signature (display only)."""
+    if not token:
+        return None
+    import jwt
+
+    try:
+        claims = jwt.decode(
+            token, options={"verify_signature": False, "verify_exp": False, "verify_aud": False}
+        )
+    except (jwt.PyJWTError, ValueError):
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    if isinstance(exp, bool) or not isinstance(exp, int | float):
+        return None
+    try:
+        return dt.datetime.fromtimestamp(exp, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def jwt_view(token: str | None, now: dt.datetime | None = None) -> dict[str, Any]:
+    """What an answer may say about a JWT: set, last four characters, expiry."""
+    now = now or timezone.now()
+    masked = mask_secret(token)
+    expires_at = jwt_expiry(token)
+    return {
+        "set": masked["set"],
+        "last4": masked["last4"],
+        "expires_at": expires_at,
+        "expired": (expires_at <= now) if expires_at is not None else None,
+    }
+
+
+# ------------------------------------------------------------------------------- provisioner view
+
+
+@dataclasses.dataclass(frozen=True)
+class ProvisionerView:
+    """The provisioner as operators see it: alive or not, and whether its passes succeed."""
+
+    state: str  # "running" | "failing" | "not_running"
+    label: str  # "running", "running but failing since <time>", "not running"
+    running: bool
+    failing: bool
+    failing_since: dt.datetime | None
+    held_secs: int | None
+    last_seen_at: dt.datetime | None
+    last_seen_secs: int | None
+    version: str
+    host: str
+    last_pass_status: str
+    last_pass_detail: str
+    last_pass_at: dt.datetime | None
+    last_pass_ms: int | None
+    last_ok_at: dt.datetime | None
+    held_alert_active: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def provisioner_view(
+    status: ProvisionerStatus | None = None,
+    *,
+    slurm_enabled: bool | None = None,
+    now: dt.datetime | None = None,
+) -> ProvisionerView:
+    """Summarise the heartbeat row.
+
+    Running means a heartbeat at most ``RUNNING_WINDOW_SECS`` ago. Failing means the last pass
+    ended in ``error`` (or ``idle`` while Slurm is enabled, which freezes replica states just the
+    same); ``failing_since`` is the start of that streak.
+    """
+    now = now or timezone.now()
+    status = status or ProvisionerStatus.load()
+    if slurm_enabled is None:
+        slurm_enabled = bool(
+            SlurmSettings.objects.filter(pk=1).values_list("enabled", flat=True).first()
+        )
+    last_seen_secs = (
+        max(0, int((now - status.heartbeat_at).total_seconds()))
+        if status.heartbeat_at is not None
+        else None
+    )
+    running = last_seen_secs is not None and last_seen_secs <= RUNNING_WINDOW_SECS
+    pass_status = status.last_pass_status or ""
+    non_ok = pass_status == PassStatus.ERROR or (pass_status == PassStatus.IDLE and slurm_enabled)
+    failing_since = (status.non_ok_since or status.last_pass_at) if non_ok else None
+    held_secs = (
+        max(0, int((now - failing_since).total_seconds())) if failing_since is not None else None
+    )
+    failing = running and non_ok
+    if not running:
+        state, label = "not_running", "not running"
+    elif failing and failing_since is not None:
+        state = "failing"
+        label = (
+            f"running but failing since {timezone.localtime(failing_since):%Y-%m-%d %H:%M:%S %Z}"
+        )
+    else:
+        state, label = "running", "running"
+    return ProvisionerView(
+        state=state,
+        label=label,
+        running=running,
+        failing=failing,
+        failing_since=failing_since,
+        held_secs=held_secs,
+        last_seen_at=status.heartbeat_at,
+        last_seen_secs=last_seen_secs,
+        version=status.version,
+        host=status.host,
+        last_pass_status=pass_status,
+        last_pass_detail=status.last_pass_detail,
+        last_pass_at=status.last_pass_at,
+        last_pass_ms=status.last_pass_ms,
+        last_ok_at=status.last_ok_at,
+        held_alert_active=status.held_alert_active,
+    )
+
+
+# --------------------------------------------------------------------------------------- replicas
+
+
+def restart_replica(replica_id: uuid.UUID | str, *, actor: str = "admin") -> Replica:
+    """Ask the provisioner to cancel this replica's job and launch a fresh one.
+
+    Raises ``Replica.DoesNotExist`` when there is no such replica.
+    """
+    updated = Replica.objects.filter(pk=replica_id).update(
+        cancel_requested=True, updated_at=timezone.now()
+    )
+    if not updated:
+        raise Replica.DoesNotExist(f"No replica {replica_id}.")
+    replica = Replica.objects.get(pk=replica_id)
+    logger.info(
+        "audit: %s asked to restart replica %s of %s (job %s)",
+        actor,
+        replica.pk,
+        replica.model_name,
+        replica.job_id or "not submitted",
+    )
+    return replica
+
+
+def restart_replicas(replica_ids: Iterable[uuid.UUID | str], *, actor: str = "admin") -> int:
+    """Restart several replicas at once; returns how many were flagged."""
+    ids = list(replica_ids)
+    count = Replica.objects.filter(pk__in=ids).update(
+        cancel_requested=True, updated_at=timezone.now()
+    )
+    logger.info("audit: %s asked to restart %d replica(s)", actor, count)
+    return count
+
+
+def clear_lost(model_id: uuid.UUID | str, *, actor: str = "admin") -> int:
+    """Delete a model's lost replicas now (they no longer count against max_job_failures)."""
+    count, _ = Replica.objects.filter(model_id=model_id, state=ReplicaState.LOST).delete()
+    logger.info("audit: %s cleared %d lost replica(s) of model %s", actor, count, model_id)
+    return count
+
+
+# ---------------------------------------------------------------------------------- managed specs
+
+
+def require_slurm_model(model: Model) -> None:
+    if model.hosting_mode != HostingMode.SLURM:
+        raise ValidationError(
+            {
+                "hosting_mode": (
+                    f"Model {model.name!r} hosts static endpoints; only a model created with "
+                    "hosting_mode 'slurm' takes a managed spec. Create a Slurm-provisioned model."
+                )
+            }
+        )
+
+
+_STRIPPED_SPEC_FIELDS = frozenset(
+    {"partition", "gres", "constraints", "exclude", "account", "qos", "time_limit", "mem"}
+)
+
+
+def _field_default(model: type[models.Model], name: str) -> Any:
+    field = model._meta.get_field(name)
+    return field.get_default() if isinstance(field, models.Field) else None
+
+
+def spec_editable_fields() -> list[str]:
+    return [
+        f.name
+        for f in ManagedSpec._meta.concrete_fields
+        if f.editable and f.name not in {"model", "created_at", "updated_at"}
+    ]
+
+
+def upsert_managed_spec(
+    model: Model,
+    values: Mapping[str, Any],
+    *,
+    partial: bool = False,
+    actor: str = "admin",
+) -> tuple[ManagedSpec, bool]:
+    """Create or replace a model's managed spec after full validation.
+
+    ``partial=False`` (PUT) replaces the spec: fields not given return to their defaults.
+    ``partial=True`` (PATCH) changes only the given fields. Raises ``ValidationError`` naming the
+    field. The provision-error banner is kept.
+    """
+    require_slurm_model(model)
+    with transaction.atomic():
+        spec = ManagedSpec.objects.select_for_update().filter(model=model).first()
+        created = spec is None
+        if spec is None:
+            spec = ManagedSpec(model=model)
+        if not partial:
+            for name in spec_editable_fields():
+                if name not in values:
+                    setattr(spec, name, _field_default(ManagedSpec, name))
+        for name, value in values.items():
+            if name in _STRIPPED_SPEC_FIELDS and isinstance(value, str):
+                value = value.strip()
+            setattr(spec, name, value)
+        # partition: the model's clean() gives the helpful message, not "cannot be blank".
+        spec.full_clean(exclude=["model", "partition"], validate_unique=False)
+        spec.save()
+    logger.info(
+        "audit: %s %s the managed spec of %s (fields: %s)",
+        actor,
+        "created" if created else "updated",
+        model.name,
+        ", ".join(sorted(values)) or "none",
+    )
+    return spec, created
+
+
+def delete_managed_spec(model: Model, *, actor: str = "admin") -> bool:
+    """Stop launching a model: its replicas are drained by the provisioner's next pass."""
+    count, _ = ManagedSpec.objects.filter(model=model).delete()
+    if count:
+        logger.info("audit: %s deleted the managed spec of %s", actor, model.name)
+    return bool(count)
+
+
+def set_provision_error(
+    spec: ManagedSpec, error: str | None, *, actor: str = "admin"
+) -> ManagedSpec:
+    """``None`` (or blank) dismisses the last refused-job message; a string records one."""
+    text = (error or "").strip()
+    spec.last_provision_error = text
+    spec.last_provision_error_at = timezone.now() if text else None
+    spec.save(update_fields=["last_provision_error", "last_provision_error_at", "updated_at"])
+    logger.info(
+        "audit: %s %s the provision error of %s",
+        actor,
+        "set" if text else "dismissed",
+        spec.model_id,
+    )
+    return spec
+
+
+def dismiss_provision_error(spec: ManagedSpec, *, actor: str = "admin") -> ManagedSpec:
+    return set_provision_error(spec, None, actor=actor)
+
+
+# ---------------------------------------------------------------------------------- Slurm settings
+
+SETTINGS_FIELDS = (
+    "enabled",
+    "slurmrestd_url",
+    "api_version",
+    "user",
+    "cache_dir",
+    "images_dir",
+    "log_dir",
+    "setup",
+    "images",
+    "node_addresses",
+)
+
+
+def validate_images(value: object) -> None:
+    if value in (None, ""):
+        return
+    if not isinstance(value, dict):
+        raise ValidationError("Give images as a mapping of engine name to image path.")
+    for engine, path in value.items():
+        if not isinstance(engine, str) or not engine.strip():
+            raise ValidationError(f"{engine!r} is not an engine name (e.g. vllm).")
+        if not isinstance(path, str) or not path.strip():
+            raise ValidationError(
+                f"{engine}: give the image as a path or file name, e.g. /images/{engine}.sif."
+            )
+
+
+def update_slurm_settings(
+    values: Mapping[str, Any],
+    *,
+    jwt: str | None = None,
+    jwt_clear: bool = False,
+    hf_token: str | None = None,
+    hf_token_clear: bool = False,
+    actor: str = "admin",
+) -> SlurmSettings:
+    """Apply a change to the Slurm connection and cluster defaults.
+
+    Fields not in ``values`` keep their stored value. A blank or omitted secret keeps the stored
+    one; ``jwt_clear``/``hf_token_clear`` empty it. Raises ``ValidationError`` naming the field
+    (e.g. enabled without a URL or user). The audit line lists field names and whether each
+    secret is set, never a secret.
+    """
+    unknown = set(values) - set(SETTINGS_FIELDS)
+    if unknown:
+        raise ValueError(f"not Slurm settings fields: {sorted(unknown)}")
+    if "images" in values:
+        try:
+            validate_images(values["images"])
+        except ValidationError as exc:
+            raise ValidationError({"images": exc.messages}) from None
+    with transaction.atomic():
+        SlurmSettings.objects.get_or_create(pk=1)
+        obj = SlurmSettings.objects.select_for_update().get(pk=1)
+        for name, value in values.items():
+            if value is None:
+                value = _field_default(SlurmSettings, name)
+            setattr(obj, name, value)
+        old_jwt, old_hf = obj.jwt, obj.hf_token
+        obj.jwt = keep_or_replace_secret(obj.jwt, jwt, clear=jwt_clear)
+        obj.hf_token = keep_or_replace_secret(obj.hf_token, hf_token, clear=hf_token_clear)
+        obj.full_clean()
+        obj.save()
+    register_secret(obj.jwt)
+    register_secret(obj.hf_token)
+    logger.info(
+        "audit: %s updated Slurm settings (fields: %s; jwt %s, set=%s; hf_token %s, set=%s)",
+        actor,
+        ", ".join(sorted(values)) or "none",
+        "changed" if obj.jwt != old_jwt else "unchanged",
+        bool(obj.jwt),
+        "changed" if obj.hf_token != old_hf else "unchanged",
+        bool(obj.hf_token),
+    )
+    return obj
+
+
+# --------------------------------------------------------------------------------- Slurm client
+
+
+class SlurmClientLike(Protocol):
+    def ping(self) -> PingResult: ...
+
+    def detect_version(self) -> str: ...
+
+    def discover(self) -> Any: ...
+
+
+def make_slurm_client(settings: SlurmSettings, api_version: str | None = None) -> SlurmClientLike:
+    """The Slurm client for the stored connection (tests replace this to fake slurmrestd)."""
+    from provisioner.slurm.client import SlurmClient
+
+    client: SlurmClientLike = SlurmClient(
+        settings.slurmrestd_url,
+        settings.user,
+        settings.jwt,
+        (api_version if api_version is not None else settings.effective_api_version) or None,
+    )
+    return client
+
+
+@contextlib.contextmanager
+def _closing(client: SlurmClientLike) -> Iterator[SlurmClientLike]:
+    try:
+        yield client
+    finally:
+        close = getattr(client, "close", None)
+        if callable(close):
+            close()
+
+
+def _safe_error(exc: BaseException, settings: SlurmSettings) -> str:
+    """An exception as text fit for an answer: no token, whatever the exception carried."""
+    text = str(getattr(exc, "message", "") or exc) or type(exc).__name__
+    for secret in (settings.jwt, settings.hf_token):
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return redact(text)[:500]
+
+
+def _version_text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    for attr in ("api_version", "version"):
+        inner = getattr(value, attr, None)
+        if isinstance(inner, str):
+            return inner
+    return str(value)
+
+
+def check_slurm_connection(settings: SlurmSettings | None = None) -> dict[str, Any]:
+    """Ping slurmrestd with the stored settings and report the JWT's expiry.
+
+    Raises ``ValidationError`` on ``slurmrestd_url`` when no URL is set. Never raises for a
+    failed ping: the answer says ``ok: false`` and why. A successful detection is stored as
+    ``detected_api_version``/``detected_release``.
+    """
+    settings = settings or SlurmSettings.load()
+    if not settings.slurmrestd_url:
+        raise ValidationError(
+            {
+                "slurmrestd_url": (
+                    "No slurmrestd URL is configured. Set slurmrestd_url (e.g. "
+                    "http://slurm-head:6820) in the Slurm settings, then test again."
+                )
+            }
+        )
+    result: dict[str, Any] = {
+        "ok": False,
+        "latency_ms": None,
+        "api_version": settings.effective_api_version,
+        "detected_api_version": "",
+        "slurm_release": "",
+        "detail": "",
+        "jwt": jwt_view(settings.jwt),
+    }
+    if not settings.jwt:
+        result["detail"] = "No JWT is set: slurmrestd will refuse the requests. Paste a token."
+    details: list[str] = []
+    detected = ""
+    try:
+        with _closing(make_slurm_client(settings, api_version="")) as client:
+            detected = _version_text(client.detect_version())
+        result["detected_api_version"] = detected
+    except Exception as exc:  # the client's own errors, transport errors: never a 500
+        details.append(f"version detection failed: {_safe_error(exc, settings)}")
+    version = settings.api_version or detected or settings.detected_api_version
+    result["api_version"] = version
+    try:
+        with _closing(make_slurm_client(settings, api_version=version)) as client:
+            ping = client.ping()
+    except Exception as exc:
+        details.append(f"ping failed: {_safe_error(exc, settings)}")
+    else:
+        result["ok"] = bool(ping.ok)
+        result["latency_ms"] = round(float(ping.latency_ms), 1)
+        result["slurm_release"] = ping.slurm_release or ""
+        if ping.api_version:
+            result["api_version"] = ping.api_version
+        if ping.detail:
+            details.append(_safe_error(Exception(ping.detail), settings))
+    if details:
+        result["detail"] = "; ".join([result["detail"], *details] if result["detail"] else details)
+    if result["ok"] and (detected or result["slurm_release"]):
+        changed: list[str] = []
+        if detected and settings.detected_api_version != detected:
+            settings.detected_api_version = detected
+            changed.append("detected_api_version")
+        release = result["slurm_release"]
+        if release and settings.detected_release != release:
+            settings.detected_release = release[:40]
+            changed.append("detected_release")
+        if changed:
+            SlurmSettings.objects.filter(pk=settings.pk).update(
+                **{name: getattr(settings, name) for name in changed}
+            )
+    return result
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def empty_resources(reason: str) -> dict[str, Any]:
+    return {
+        **{part: [] for part in RESOURCE_PARTS},
+        "api_version": "",
+        "reason": reason,
+        "errors": {},
+    }
+
+
+def discover_resources(settings: SlurmSettings | None = None) -> dict[str, Any]:
+    """Partitions, nodes, accounts, QoS and associations, best effort, never raising.
+
+    With Slurm disabled or unconfigured the answer is empty with a ``reason``. A part the
+    client could not read is an empty list with its reason under ``errors``.
+    """
+    settings = settings or SlurmSettings.load()
+    if not settings.enabled:
+        return empty_resources("Slurm is disabled: enable it in the Slurm settings.")
+    if not settings.slurmrestd_url:
+        return empty_resources("No slurmrestd URL is configured.")
+    try:
+        with _closing(make_slurm_client(settings)) as client:
+            found = client.discover()
+    except Exception as exc:
+        answer = empty_resources(f"cluster discovery failed: {_safe_error(exc, settings)}")
+        answer["errors"] = {part: answer["reason"] for part in RESOURCE_PARTS}
+        return answer
+    data = _jsonable(found)
+    if not isinstance(data, dict):
+        return empty_resources("slurmrestd gave no cluster description.")
+    answer = empty_resources("")
+    raw_errors = data.get("errors") or {}
+    errors: dict[str, str] = (
+        {str(k): redact(str(v))[:500] for k, v in raw_errors.items()}
+        if isinstance(raw_errors, dict)
+        else {}
+    )
+    for part in RESOURCE_PARTS:
+        value = data.get(part)
+        if isinstance(value, list):
+            answer[part] = value
+        elif value is not None:
+            errors.setdefault(part, "slurmrestd gave an unexpected answer")
+    answer["errors"] = errors
+    answer["api_version"] = str(data.get("api_version") or "")
+    answer["reason"] = "" if not errors else "some parts could not be read (see errors)"
+    return answer
