@@ -14,7 +14,8 @@ class JobPhase(enum.StrEnum):
 
     PENDING = "pending"  # PENDING, CONFIGURING, SUSPENDED, REQUEUED...
     RUNNING = "running"  # RUNNING, COMPLETING
-    GONE = "gone"  # any terminal state (COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL...)
+    # any terminal state (COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL...)
+    GONE = "gone"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
