@@ -1,0 +1,352 @@
+"""Execute: carry out one model's planned actions against the database and slurmrestd.
+
+Each action stands alone: a failure is logged and recorded, and the rest still run. Every
+controller-owned field is changed with a filtered UPDATE (compare-and-set), never read-modify-save,
+so an operator's concurrent edit or a second worker is never overwritten silently.
+
+Order of side effects is chosen so that a worker killed at any point leaves nothing the next pass
+cannot repair: the replica row (with its job name) is written before the submit, an endpoint is
+removed before its job is cancelled, and an endpoint is created before its replica is marked
+healthy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import signal
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from obleth.core.choices import ReplicaState
+from obleth.core.models import Endpoint, Launch, ManagedSpec, Replica, SlurmSettings
+from provisioner.domain import (
+    Action,
+    Adopt,
+    Cancel,
+    CancelOrphan,
+    DeleteEndpoint,
+    DeleteReplica,
+    Knobs,
+    MarkLost,
+    Promote,
+    Submit,
+    UpdateMessage,
+)
+from provisioner.slurm.client import SlurmClient
+from provisioner.slurm.errors import SlurmConfigError, SlurmError, SlurmRejected
+from provisioner.submission import build_submission, submission_record
+
+log = logging.getLogger(__name__)
+
+LIVE_STATES = [ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.HEALTHY]
+
+# Called after a successful promotion: (replica_id, api_base, model_type) -> None
+WarmupDispatch = Callable[[uuid.UUID, str, str], None]
+
+
+@dataclasses.dataclass
+class ActionResult:
+    action: str
+    replica_id: str
+    ok: bool
+    detail: str = ""
+
+
+def fault_point(name: str) -> None:
+    """Fault injection for the crash-safety tests: OBLETH_FAULT_KILL_AT=<name> SIGKILLs the
+    worker at that point. Unset in production, where this is a no-op."""
+    if os.environ.get("OBLETH_FAULT_KILL_AT") == name:
+        log.warning("fault injection: SIGKILL at %s", name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclasses.dataclass
+class Executor:
+    client: SlurmClient
+    slurm: SlurmSettings
+    knobs: Knobs
+    specs: dict[uuid.UUID, ManagedSpec]
+    model_types: dict[uuid.UUID, str]
+    warmup: WarmupDispatch | None = None
+    now: Callable[[], dt.datetime] = timezone.now
+
+    def run(self, actions: Sequence[Action]) -> list[ActionResult]:
+        results: list[ActionResult] = []
+        for action in actions:
+            name = type(action).__name__
+            replica_id = str(getattr(action, "replica_id", "") or getattr(action, "job_id", ""))
+            try:
+                detail = self.apply(action)
+            except Exception as exc:  # noqa: BLE001 - one failed action must not stop the others
+                log.warning("%s %s failed: %s", name, replica_id, exc)
+                results.append(ActionResult(name, replica_id, False, str(exc)))
+            else:
+                results.append(ActionResult(name, replica_id, True, detail))
+        return results
+
+    def apply(self, action: Action) -> str:
+        match action:
+            case Submit():
+                return self.submit(action)
+            case Adopt():
+                return self.adopt(action)
+            case Promote():
+                return self.promote(action)
+            case MarkLost():
+                return self.mark_lost(action)
+            case Cancel():
+                return self.cancel(action)
+            case CancelOrphan():
+                return self.cancel_orphan(action)
+            case DeleteReplica():
+                Replica.objects.filter(pk=action.replica_id).delete()
+                return action.why
+            case DeleteEndpoint():
+                Endpoint.objects.filter(pk=action.endpoint_id, replica_id__isnull=False).delete()
+                return action.why
+            case UpdateMessage():
+                return self.update(action)
+        raise TypeError(f"unknown action {action!r}")
+
+    # ------------------------------------------------------------------------------- submit
+    def submit(self, action: Submit) -> str:
+        spec = self.specs.get(action.model_id)
+        if spec is None:
+            raise RuntimeError("no managed spec for this model; nothing to submit")
+        model_name = spec.model.name
+        excluded = ",".join(action.excluded_nodes)
+        with transaction.atomic():
+            if action.existing:
+                updated = Replica.objects.filter(pk=action.replica_id, job_id="").update(
+                    submitted_at=self.now(), last_message="submitting", updated_at=self.now()
+                )
+                if not updated:
+                    return "row already has a job; nothing to do"
+            else:
+                Replica.objects.create(
+                    id=action.replica_id,
+                    model_id=action.model_id,
+                    model_name=model_name,
+                    state=ReplicaState.PENDING,
+                    job_name=action.job_name,
+                    port_base=action.port_base,
+                    excluded_nodes=excluded,
+                    submitted_at=self.now(),
+                    last_message="submitting",
+                )
+        fault_point("after_row_before_submit")
+        submission = build_submission(
+            spec=spec,
+            slurm=self.slurm,
+            job_name=action.job_name,
+            port_base=action.port_base,
+            port_span=self.knobs.port_span,
+            excluded_nodes=action.excluded_nodes,
+            client=self.client,
+        )
+        launch_defaults: dict[str, Any] = {
+            "model_id": action.model_id,
+            "model_name": model_name,
+            "recipe_id": spec.recipe_id or _recipe_id(spec.launcher_spec),
+            "job_name": action.job_name,
+            "partition": spec.partition,
+            "account": spec.account,
+            "qos": spec.qos,
+            "time_limit": spec.time_limit,
+            "gres": spec.gres,
+            "nodes_requested": spec.nodes,
+            "cpus_per_task": spec.cpus_per_task,
+            "mem": spec.mem,
+            "exclude": submission.excluded_nodes,
+            "constraints": spec.constraints,
+            "submission": submission_record(submission),
+            "stdout_path": submission.standard_output,
+            "stderr_path": submission.standard_error,
+        }
+        try:
+            job_id = self.client.submit(submission)
+        except (SlurmRejected, SlurmConfigError) as exc:
+            # Refused (by Slurm, or by the adapter before sending): no job exists. Keep the reason
+            # where the operator looks first; the next pass tries again.
+            reason = exc.reason if isinstance(exc, SlurmRejected) else exc.message
+            Replica.objects.filter(pk=action.replica_id, job_id="").delete()
+            Launch.objects.update_or_create(
+                id=action.replica_id,
+                defaults={
+                    **launch_defaults,
+                    "end_state": "rejected",
+                    "end_reason": reason[:500],
+                    "ended_at": self.now(),
+                },
+            )
+            ManagedSpec.objects.filter(pk=action.model_id).update(
+                last_provision_error=f"Slurm refused the job: {reason}",
+                last_provision_error_at=self.now(),
+            )
+            raise
+        # An uncertain answer (SlurmUncertain) propagates with the row kept: the next pass adopts
+        # the job by its name if Slurm created it, or submits again if it did not.
+        fault_point("after_submit_before_record")
+        Replica.objects.filter(pk=action.replica_id, job_id="").update(
+            job_id=job_id, last_message="submitted", updated_at=self.now()
+        )
+        Launch.objects.update_or_create(
+            id=action.replica_id, defaults={**launch_defaults, "job_id": job_id}
+        )
+        ManagedSpec.objects.filter(pk=action.model_id).exclude(last_provision_error="").update(
+            last_provision_error="", last_provision_error_at=None
+        )
+        log.info("submitted job %s for %s (replica %s)", job_id, model_name, action.replica_id)
+        return f"job {job_id}"
+
+    def adopt(self, action: Adopt) -> str:
+        Replica.objects.filter(pk=action.replica_id, job_id="").update(
+            job_id=action.job_id, last_message="adopted job found by name", updated_at=self.now()
+        )
+        Launch.objects.filter(pk=action.replica_id, job_id="").update(job_id=action.job_id)
+        return f"adopted job {action.job_id}"
+
+    # ------------------------------------------------------------------------------ promote
+    def promote(self, action: Promote) -> str:
+        endpoint = None
+        if action.endpoint_id is not None:
+            endpoint = Endpoint.objects.filter(pk=action.endpoint_id).first()
+        if endpoint is None:
+            endpoint = Endpoint.objects.filter(
+                model_id=action.model_id, name=action.endpoint_name
+            ).first()
+        if endpoint is None:
+            endpoint = Endpoint.objects.create(
+                model_id=action.model_id,
+                name=action.endpoint_name,
+                api_base=action.api_base,
+                replica_id=action.replica_id,
+                enabled=True,
+            )
+        elif endpoint.api_base != action.api_base or endpoint.replica_id != action.replica_id:
+            # In place: keeps name, priority, weight, enabled flag and key.
+            Endpoint.objects.filter(pk=endpoint.pk).update(
+                api_base=action.api_base, replica_id=action.replica_id, updated_at=self.now()
+            )
+        fault_point("after_endpoint_before_healthy")
+        now = self.now()
+        updated = Replica.objects.filter(pk=action.replica_id, state__in=LIVE_STATES).update(
+            state=ReplicaState.HEALTHY,
+            nodes=action.node,
+            endpoint_id=endpoint.pk,
+            port=action.port,
+            probe_failures=0,
+            healthy_at=now,
+            last_message=f"serving on {action.node}:{action.port}",
+            updated_at=now,
+        )
+        if not updated:
+            Endpoint.objects.filter(pk=endpoint.pk, replica_id=action.replica_id).delete()
+            return "replica left the live states meanwhile; endpoint withdrawn"
+        Launch.objects.filter(pk=action.replica_id, healthy_at__isnull=True).update(healthy_at=now)
+        if self.warmup is not None:
+            try:
+                self.warmup(
+                    action.replica_id,
+                    action.api_base,
+                    self.model_types.get(action.model_id, "chat"),
+                )
+            except Exception as exc:  # noqa: BLE001 - warm-up is best effort
+                log.warning("could not dispatch warm-up for %s: %s", action.replica_id, exc)
+        log.info("promoted replica %s at %s", action.replica_id, action.api_base)
+        return action.api_base
+
+    # ------------------------------------------------------------------- lost / cancel / update
+    def mark_lost(self, action: MarkLost) -> str:
+        if action.endpoint_id is not None:
+            Endpoint.objects.filter(pk=action.endpoint_id).delete()
+        now = self.now()
+        Replica.objects.filter(pk=action.replica_id).exclude(state=ReplicaState.LOST).update(
+            state=ReplicaState.LOST,
+            last_message=action.message[:500],
+            endpoint_id=None,
+            updated_at=now,
+        )
+        Launch.objects.filter(pk=action.replica_id, ended_at__isnull=True).update(
+            ended_at=now,
+            end_state=action.end_state[:60],
+            end_reason=action.end_reason[:500],
+            **({"nodes": ",".join(action.nodes)} if action.nodes else {}),
+        )
+        log.warning("replica %s lost: %s", action.replica_id, action.message)
+        return action.message
+
+    def cancel(self, action: Cancel) -> str:
+        # Leave the routing pool first, so no request goes to a dying server.
+        if action.endpoint_id is not None:
+            Endpoint.objects.filter(pk=action.endpoint_id).delete()
+        fault_point("after_deregister_before_cancel")
+        if action.job_id:
+            self.client.cancel(action.job_id)
+        now = self.now()
+        Replica.objects.filter(pk=action.replica_id).exclude(state=ReplicaState.DRAINING).update(
+            state=ReplicaState.DRAINING,
+            last_message=action.message[:500],
+            endpoint_id=None,
+            cancel_requested=False,
+            updated_at=now,
+        )
+        Launch.objects.filter(pk=action.replica_id, ended_at__isnull=True).update(
+            ended_at=now, end_state=f"cancelled:{action.reason.value}"
+        )
+        log.info(
+            "cancelled job %s (replica %s): %s", action.job_id, action.replica_id, action.message
+        )
+        return action.message
+
+    def cancel_orphan(self, action: CancelOrphan) -> str:
+        self.client.cancel(action.job_id)
+        log.warning(
+            "cancelled orphan job %s (%s): no replica row knows it", action.job_id, action.job_name
+        )
+        return f"orphan {action.job_id} cancelled"
+
+    def update(self, action: UpdateMessage) -> str:
+        fields: dict[str, Any] = {}
+        if action.message is not None:
+            fields["last_message"] = action.message[:500]
+        if action.nodes is not None:
+            fields["nodes"] = ",".join(action.nodes)
+        if action.probe_failures is not None:
+            fields["probe_failures"] = max(0, action.probe_failures)
+        if not fields and action.state is None:
+            return "nothing to update"
+        query = Replica.objects.filter(pk=action.replica_id)
+        now = self.now()
+        if action.state is not None:
+            fields["state"] = action.state.value
+            if action.state.value == ReplicaState.STARTING:
+                fields["started_at"] = now
+                query = query.filter(state=ReplicaState.PENDING)
+        fields["updated_at"] = now
+        query.update(**fields)
+        if action.nodes:
+            Launch.objects.filter(pk=action.replica_id, started_at__isnull=True).update(
+                started_at=now, nodes=",".join(action.nodes)
+            )
+        return "updated"
+
+
+def _recipe_id(launcher_spec: Any) -> uuid.UUID | None:
+    if isinstance(launcher_spec, dict) and launcher_spec.get("recipe_id"):
+        try:
+            return uuid.UUID(str(launcher_spec["recipe_id"]))
+        except ValueError:
+            return None
+    return None
+
+
+def slurm_error_text(exc: SlurmError) -> str:
+    return exc.message

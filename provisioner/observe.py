@@ -1,0 +1,290 @@
+"""Observe: build the pass's snapshot from the database, ONE slurmrestd listing and the probes.
+
+Any answer that cannot be trusted raises ``HoldPass`` before anything is planned, so a pass either
+sees the whole picture or does nothing destructive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+
+from django.db import DatabaseError
+
+from obleth.core.choices import HostingMode
+from obleth.core.models import Endpoint, Launch, ManagedSpec, Replica, SlurmSettings
+from provisioner.domain import (
+    EndpointView,
+    FailedPlacement,
+    JobInfo,
+    JobPhase,
+    Knobs,
+    ModelSpec,
+    ReplicaState,
+    ReplicaView,
+    Snapshot,
+)
+from provisioner.plan import mass_vanish
+from provisioner.probe import ProbeOutcome, ProbeTarget, probe_all
+from provisioner.resolve import NodeResolver
+from provisioner.slurm.client import SlurmClient
+from provisioner.slurm.errors import SlurmError
+
+log = logging.getLogger(__name__)
+
+PROBED_STATES = {ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.HEALTHY}
+UNAVAILABLE_NODE_STATES = {
+    "DOWN",
+    "DRAIN",
+    "DRAINED",
+    "DRAINING",
+    "FAIL",
+    "FAILING",
+    "NOT_RESPONDING",
+}
+
+
+class HoldPass(Exception):
+    """The pass cannot trust what it saw; it holds with nothing destructive done."""
+
+
+@dataclasses.dataclass
+class Observation:
+    snapshot: Snapshot
+    specs: dict[uuid.UUID, ManagedSpec]  # enabled or not, keyed by model id
+    fingerprints: dict[uuid.UUID, str]  # per model: the rows the plan was made from
+    probe_details: dict[uuid.UUID, str]
+    model_types: dict[uuid.UUID, str]
+
+
+def split_nodes(text: str) -> tuple[str, ...]:
+    return tuple(n for n in (part.strip() for part in text.split(",")) if n)
+
+
+def replica_view(row: Replica) -> ReplicaView:
+    return ReplicaView(
+        id=row.id,
+        model_id=row.model_id,
+        state=ReplicaState(row.state),
+        job_name=row.job_name,
+        created_at=row.created_at,
+        job_id=row.job_id,
+        submitted_at=row.submitted_at,
+        port_base=row.port_base,
+        endpoint_id=row.endpoint_id,
+        cancel_requested=row.cancel_requested,
+        nodes=split_nodes(row.nodes),
+        last_message=row.last_message,
+        probe_failures=row.probe_failures,
+        excluded_nodes=split_nodes(row.excluded_nodes),
+    )
+
+
+def fingerprint(rows: Iterable[Replica]) -> str:
+    """A digest of a model's replica rows: execute refuses to act if they changed meanwhile."""
+    digest = hashlib.sha256()
+    for row in sorted(rows, key=lambda r: str(r.id)):
+        digest.update(
+            f"{row.id}|{row.state}|{row.job_id}|{row.endpoint_id}|{row.cancel_requested}|"
+            f"{row.updated_at.isoformat()}\n".encode()
+        )
+    return digest.hexdigest()
+
+
+def knobs_from_settings() -> Knobs:
+    from django.conf import settings
+
+    return Knobs(
+        port_span=settings.OBLETH_PORT_SPAN,
+        lost_retention_secs=settings.OBLETH_PROVISIONER_LOST_RETENTION_SECS,
+        restart_after_failures=settings.OBLETH_PROVISIONER_RESTART_AFTER_FAILURES,
+        failed_node_memory_secs=settings.OBLETH_PROVISIONER_FAILED_NODE_MEMORY_SECS,
+        job_prefix=settings.OBLETH_PROVISIONER_JOB_PREFIX,
+    )
+
+
+def list_our_jobs(client: SlurmClient, prefix: str) -> dict[str, JobInfo]:
+    try:
+        jobs = client.list_jobs(name_prefix=prefix)
+    except SlurmError as exc:
+        raise HoldPass(f"slurm job listing failed; holding: {exc}") from exc
+    return {job.job_id: job for job in jobs}
+
+
+def observe(
+    *,
+    client: SlurmClient,
+    slurm: SlurmSettings,
+    knobs: Knobs,
+    now: dt.datetime,
+    resolver: NodeResolver,
+    health_timeout: float,
+    probe_concurrency: int,
+) -> Observation:
+    # 1. One listing of our jobs. Rows are read AFTER it: a row is written before its submit, so
+    #    every listed job that has a row is seen with it (orphan detection relies on this).
+    jobs = list_our_jobs(client, knobs.job_prefix)
+    listed_at = now
+
+    try:
+        spec_rows = list(
+            ManagedSpec.objects.select_related("model").filter(
+                model__hosting_mode=HostingMode.SLURM
+            )
+        )
+        replica_rows = list(Replica.objects.all())
+        endpoint_rows = list(
+            Endpoint.objects.filter(model__hosting_mode=HostingMode.SLURM).values(
+                "id",
+                "model_id",
+                "name",
+                "api_base",
+                "replica_id",
+                "health_status",
+                "consecutive_failures",
+                "last_checked_at",
+            )
+        )
+        recent = now - dt.timedelta(seconds=knobs.failed_node_memory_secs)
+        failed_rows = list(
+            Launch.objects.filter(ended_at__gte=recent)
+            .exclude(nodes="")
+            .exclude(end_state__startswith="cancelled")
+            .exclude(end_state="rejected")
+            .values_list("model_id", "nodes", "ended_at")
+        )
+    except DatabaseError as exc:
+        raise HoldPass(f"database read failed; holding: {exc}") from exc
+
+    specs = {spec.model_id: spec for spec in spec_rows}
+    model_types = {spec.model_id: spec.model.model_type for spec in spec_rows}
+    replicas = [replica_view(row) for row in replica_rows]
+
+    hold = mass_vanish(replicas, jobs, listed_at)
+    if hold:
+        raise HoldPass(hold)
+
+    # 2. Desired state: enabled specs, and a drain entry for every other model that has rows.
+    model_specs: list[ModelSpec] = []
+    for spec in spec_rows:
+        model_specs.append(
+            ModelSpec(
+                model_id=spec.model_id,
+                model_name=spec.model.name,
+                enabled=bool(spec.enabled and spec.model.enabled),
+                target_replicas=spec.target_replicas,
+                max_job_failures=spec.max_job_failures,
+                serving_port=spec.serving_port,
+                excluded_nodes=split_nodes(spec.exclude),
+                node_count=max(1, spec.nodes),
+            )
+        )
+    known = {s.model_id for s in model_specs}
+    rows_by_model: dict[uuid.UUID, list[Replica]] = defaultdict(list)
+    for row in replica_rows:
+        rows_by_model[row.model_id].append(row)
+    for model_id, rows in rows_by_model.items():
+        if model_id not in known:
+            model_specs.append(
+                ModelSpec(
+                    model_id=model_id,
+                    model_name=rows[0].model_name,
+                    enabled=False,
+                    target_replicas=0,
+                )
+            )
+    enabled_ids = {s.model_id for s in model_specs if s.enabled}
+
+    # 3. Addresses and probes for replicas whose job runs.
+    resolver.set_overrides(slurm.node_addresses or {})
+    targets: list[ProbeTarget] = []
+    addresses: dict[str, str] = {}
+    for replica in replicas:
+        job = jobs.get(replica.job_id) if replica.job_id else None
+        if job is None or job.phase is not JobPhase.RUNNING:
+            continue
+        for node in job.nodes[:1]:
+            if node not in addresses:
+                addresses[node] = resolver.address_for(node)
+        if replica.model_id not in enabled_ids or replica.state not in PROBED_STATES:
+            continue
+        if not job.nodes:
+            log.warning("job %s is RUNNING but slurmrestd returned no nodes", job.job_id)
+            continue
+        spec = specs[replica.model_id]
+        targets.append(
+            ProbeTarget(
+                key=replica.id,
+                host=addresses[job.nodes[0]],
+                port_base=replica.port_base or spec.serving_port,
+                port_span=knobs.port_span,
+                health_path=spec.health_path,
+            )
+        )
+    outcomes: dict[uuid.UUID, ProbeOutcome] = (
+        probe_all(targets, timeout=health_timeout, concurrency=probe_concurrency) if targets else {}
+    )
+    probes = {key: outcome.ready_port for key, outcome in outcomes.items()}
+    details = {key: outcome.detail for key, outcome in outcomes.items()}
+
+    # 4. Where replicas recently failed, and which nodes could take a replica instead.
+    failed = tuple(
+        FailedPlacement(model_id=model_id, node=node, ended_at=ended_at)
+        for model_id, nodes, ended_at in failed_rows
+        if ended_at is not None
+        for node in split_nodes(nodes)
+    )
+    candidates: dict[uuid.UUID, tuple[str, ...]] = {}
+    if failed:
+        try:
+            cluster_nodes = client.nodes()
+        except SlurmError as exc:
+            log.info("node list unavailable, placing without failure history: %s", exc)
+            cluster_nodes = []
+        for spec in spec_rows:
+            candidates[spec.model_id] = tuple(
+                n.name
+                for n in cluster_nodes
+                if spec.partition in n.partitions
+                and not (set(s.upper() for s in n.state) & UNAVAILABLE_NODE_STATES)
+            )
+
+    endpoints = tuple(
+        EndpointView(
+            id=e["id"],
+            model_id=e["model_id"],
+            name=e["name"],
+            api_base=e["api_base"],
+            replica_id=e["replica_id"],
+            health_status=e["health_status"],
+            consecutive_failures=e["consecutive_failures"],
+            last_checked_at=e["last_checked_at"],
+        )
+        for e in endpoint_rows
+    )
+    snapshot = Snapshot(
+        now=now,
+        knobs=knobs,
+        specs=tuple(model_specs),
+        replicas=tuple(replicas),
+        jobs=jobs,
+        jobs_listed_at=listed_at,
+        probes=probes,
+        addresses=addresses,
+        endpoints=endpoints,
+        endpoints_trusted=True,
+        failed_placements=failed,
+        candidate_nodes=candidates,
+    )
+    return Observation(
+        snapshot=snapshot,
+        specs=specs,
+        fingerprints={model_id: fingerprint(rows) for model_id, rows in rows_by_model.items()},
+        probe_details=details,
+        model_types=model_types,
+    )

@@ -1,0 +1,312 @@
+"""One provisioner pass: observe -> plan -> execute -> record.
+
+``run_pass`` is what the Celery beat task, ``manage.py reconcile`` and the loop all call. A pass
+holds a lease so two beat processes started by mistake never run two passes at once; each model's
+actions run under that model's own lease, so exactly one pass acts on a model at a time, even with
+several workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any, Literal, cast
+
+from django.conf import settings
+from django.utils import timezone
+
+from obleth.core.models import Replica, SlurmSettings
+from provisioner import lease, status
+from provisioner.codec import decode_action, encode_action
+from provisioner.domain import Action, CancelOrphan
+from provisioner.execute import ActionResult, Executor, WarmupDispatch
+from provisioner.observe import HoldPass, Observation, fingerprint, knobs_from_settings, observe
+from provisioner.plan import plan
+from provisioner.resolve import get_resolver
+from provisioner.slurm.client import SlurmClient
+
+log = logging.getLogger(__name__)
+
+PASS_LEASE = "provisioner:pass"
+EMPTY_FINGERPRINT = fingerprint([])
+MODEL_LEASE = "provisioner:model:"
+
+
+@dataclasses.dataclass
+class PassReport:
+    status: str  # ok | idle | error | skipped
+    detail: str = ""
+    planned: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    results: list[ActionResult] = dataclasses.field(default_factory=list)
+    dispatched_models: int = 0
+    duration_ms: int = 0
+    slurm_requests: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["failed"] = sum(1 for r in self.results if not r.ok)
+        return data
+
+
+# slurmrestd URL -> (detected API version, when). Detection costs a request; a pass that holds
+# forgets it, so an upgraded cluster is detected again.
+_detected: dict[str, tuple[str, float]] = {}
+DETECTION_TTL_SECS = 600.0
+
+
+def slurm_client_for(slurm: SlurmSettings) -> SlurmClient:
+    version = slurm.api_version or None
+    if version is None:
+        cached = _detected.get(slurm.slurmrestd_url)
+        if cached and time.monotonic() - cached[1] < DETECTION_TTL_SECS:
+            version = cached[0]
+    return SlurmClient(
+        slurm.slurmrestd_url,
+        slurm.user,
+        slurm.jwt or "",
+        version,
+        timeout=float(settings.OBLETH_SLURM_TIMEOUT_SECS),
+    )
+
+
+def _remember_version(slurm: SlurmSettings, client: SlurmClient, held: bool) -> None:
+    if slurm.api_version:
+        return
+    if held:
+        _detected.pop(slurm.slurmrestd_url, None)
+        return
+    version = getattr(client, "api_version", None)
+    if version and slurm.slurmrestd_url not in _detected:
+        _detected[slurm.slurmrestd_url] = (version, time.monotonic())
+        if slurm.detected_api_version != version:
+            SlurmSettings.objects.filter(pk=slurm.pk).update(detected_api_version=version)
+
+
+def idle_reason(slurm: SlurmSettings) -> str | None:
+    if not slurm.enabled:
+        return "slurm disabled in settings"
+    if not slurm.slurmrestd_url.strip():
+        return "slurm enabled but slurmrestd_url is empty"
+    if not slurm.user.strip():
+        return "slurm enabled but no slurm user is set"
+    if not (slurm.jwt or "").strip():
+        return "slurm enabled but no JWT is set"
+    return None
+
+
+def default_warmup_dispatch() -> WarmupDispatch | None:
+    if settings.OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS <= 0:
+        return None
+
+    def dispatch(replica_id: uuid.UUID, api_base: str, model_type: str) -> None:
+        from provisioner.tasks import warmup_replica
+
+        if (
+            settings.OBLETH_PROVISIONER_DISPATCH == "inline"
+            and not settings.CELERY_TASK_ALWAYS_EAGER
+        ):
+            import threading
+
+            threading.Thread(
+                target=warmup_replica.run, args=(str(replica_id), api_base, model_type), daemon=True
+            ).start()
+        else:
+            warmup_replica.delay(str(replica_id), api_base, model_type)
+
+    return dispatch
+
+
+def run_pass(
+    *,
+    dry_run: bool = False,
+    dispatch: str | None = None,
+    warmup: WarmupDispatch | None | bool = True,
+    client_factory: Callable[[SlurmSettings], SlurmClient] = slurm_client_for,
+) -> PassReport:
+    """Run one pass. ``dispatch`` is "inline" (execute here) or "celery" (one task per model)."""
+    started = time.monotonic()
+    dispatch = dispatch or settings.OBLETH_PROVISIONER_DISPATCH
+    warmup_dispatch = default_warmup_dispatch() if warmup is True else (warmup or None)
+    status.heartbeat()
+    slurm = SlurmSettings.load()
+    reason = idle_reason(slurm)
+    if reason:
+        report = PassReport(status="idle", detail=reason)
+        return _finish(report, started, dry_run)
+
+    with lease.held(PASS_LEASE, settings.OBLETH_PROVISIONER_LOCK_TTL_SECS) as got:
+        if not got:
+            return PassReport(status="skipped", detail="another pass is running")
+        client = client_factory(slurm)
+        try:
+            report = _pass(
+                client, slurm, dry_run=dry_run, dispatch=dispatch, warmup=warmup_dispatch
+            )
+        except HoldPass as exc:
+            log.warning("pass held, nothing destructive done: %s", exc)
+            report = PassReport(status="error", detail=str(exc))
+        except Exception as exc:  # noqa: BLE001 - recorded as the pass outcome
+            log.exception("pass failed")
+            report = PassReport(status="error", detail=f"{type(exc).__name__}: {exc}")
+        else:
+            _remember_version(slurm, client, held=False)
+        finally:
+            client.close()
+        if report.status == "error":
+            _remember_version(slurm, client, held=True)
+        report.slurm_requests = getattr(client, "request_count", 0)
+    return _finish(report, started, dry_run)
+
+
+def _finish(report: PassReport, started: float, dry_run: bool) -> PassReport:
+    report.duration_ms = int((time.monotonic() - started) * 1000)
+    if not dry_run and report.status in ("ok", "idle", "error"):
+        outcome = cast(Literal["ok", "idle", "error"], report.status)
+        status.record_pass(outcome, report.detail, report.duration_ms)
+    return report
+
+
+def _pass(
+    client: SlurmClient,
+    slurm: SlurmSettings,
+    *,
+    dry_run: bool,
+    dispatch: str,
+    warmup: WarmupDispatch | None,
+) -> PassReport:
+    knobs = knobs_from_settings()
+    now = timezone.now()
+    busy = {uuid.UUID(name.removeprefix(MODEL_LEASE)) for name in lease.held_names(MODEL_LEASE)}
+    observation = observe(
+        client=client,
+        slurm=slurm,
+        knobs=knobs,
+        now=now,
+        resolver=get_resolver(),
+        health_timeout=float(settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS),
+        probe_concurrency=settings.OBLETH_PROVISIONER_PROBE_CONCURRENCY,
+    )
+    actions = plan(observation.snapshot)
+    report = PassReport(status="ok", planned=[encode_action(a) for a in actions])
+    if dry_run:
+        report.detail = f"dry run: {len(actions)} action(s) planned"
+        return report
+
+    by_model: dict[uuid.UUID, list[Action]] = defaultdict(list)
+    orphans: list[Action] = []
+    for action in actions:
+        if isinstance(action, CancelOrphan):
+            orphans.append(action)
+        else:
+            by_model[action.model_id].append(action)
+
+    executor = Executor(
+        client=client,
+        slurm=slurm,
+        knobs=knobs,
+        specs=observation.specs,
+        model_types=observation.model_types,
+        warmup=warmup,
+    )
+    skipped = 0
+    for model_id, model_actions in by_model.items():
+        if model_id in busy:
+            skipped += 1  # a previous pass is still acting on it; plan it again next pass
+            continue
+        if dispatch == "celery":
+            from provisioner.tasks import reconcile_model
+
+            reconcile_model.delay(
+                str(model_id),
+                [encode_action(a) for a in model_actions],
+                observation.fingerprints.get(model_id, EMPTY_FINGERPRINT),
+                now.isoformat(),
+            )
+            report.dispatched_models += 1
+        else:
+            report.results += execute_model(
+                model_id,
+                model_actions,
+                observation.fingerprints.get(model_id, EMPTY_FINGERPRINT),
+                executor,
+            )
+    report.results += executor.run(orphans)
+    failed = [r for r in report.results if not r.ok]
+    parts = [f"{len(actions)} action(s)"]
+    if report.dispatched_models:
+        parts.append(f"{report.dispatched_models} model task(s) dispatched")
+    if failed:
+        parts.append(
+            f"{len(failed)} failed: " + "; ".join(f"{r.action}: {r.detail}" for r in failed[:3])
+        )
+    if skipped:
+        parts.append(f"{skipped} model(s) busy, left for the next pass")
+    report.detail = ", ".join(parts)
+    return report
+
+
+def execute_model(
+    model_id: uuid.UUID, actions: list[Action], expected: str, executor: Executor
+) -> list[ActionResult]:
+    """Run one model's actions under its lease, only if its rows are as the plan saw them."""
+    with lease.held(f"{MODEL_LEASE}{model_id}", settings.OBLETH_PROVISIONER_LOCK_TTL_SECS) as got:
+        if not got:
+            return [ActionResult("model", str(model_id), True, "busy: another pass acts on it")]
+        current = fingerprint(Replica.objects.filter(model_id=model_id))
+        if current != expected:
+            return [
+                ActionResult(
+                    "model",
+                    str(model_id),
+                    True,
+                    "rows changed since observed; re-planned next pass",
+                )
+            ]
+        return executor.run(actions)
+
+
+def run_model_task(
+    model_id: str, payload: list[dict[str, Any]], expected: str, planned_at: str
+) -> dict[str, Any]:
+    """Body of the per-model Celery task (kept here so the task stays thin)."""
+    import datetime as dt
+
+    age = (timezone.now() - dt.datetime.fromisoformat(planned_at)).total_seconds()
+    if age > 2 * settings.OBLETH_PROVISIONER_INTERVAL_SECS + 30:
+        return {"model_id": model_id, "skipped": f"plan is {age:.0f}s old"}
+    slurm = SlurmSettings.load()
+    if idle_reason(slurm):
+        return {"model_id": model_id, "skipped": idle_reason(slurm)}
+    from obleth.core.models import ManagedSpec
+
+    mid = uuid.UUID(model_id)
+    specs = {
+        s.model_id: s for s in ManagedSpec.objects.select_related("model").filter(model_id=mid)
+    }
+    client = slurm_client_for(slurm)
+    try:
+        executor = Executor(
+            client=client,
+            slurm=slurm,
+            knobs=knobs_from_settings(),
+            specs=specs,
+            model_types={k: v.model.model_type for k, v in specs.items()},
+            warmup=default_warmup_dispatch(),
+        )
+        results = execute_model(mid, [decode_action(a) for a in payload], expected, executor)
+    finally:
+        client.close()
+    return {"model_id": model_id, "results": [dataclasses.asdict(r) for r in results]}
+
+
+def observation_summary(observation: Observation) -> dict[str, Any]:
+    return {
+        "models": len(observation.snapshot.specs),
+        "replicas": len(observation.snapshot.replicas),
+        "jobs": len(observation.snapshot.jobs),
+        "probed": len(observation.snapshot.probes),
+    }

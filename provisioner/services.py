@@ -1,0 +1,78 @@
+"""Provisioner services called by tasks and commands (warm-up, the loop)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+
+def warm_up_replica(replica_id: str, api_base: str, model_type: str = "chat") -> dict[str, Any]:
+    """Pay a promoted replica's cold first request so the first user does not."""
+    from provisioner.warmup import warm_up
+
+    result = warm_up(
+        api_base,
+        timeout=float(settings.OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS),
+        model_type=model_type,
+    )
+    if result.ok:
+        log.info("warm-up of replica %s at %s done", replica_id, api_base)
+    else:
+        log.warning("warm-up of replica %s at %s failed: %s", replica_id, api_base, result.detail)
+    return {"replica_id": replica_id, "ok": result.ok, "detail": result.detail}
+
+
+class StopFlag:
+    """SIGTERM/SIGINT never interrupt a pass: they end the loop at the next sleep."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: finishing the pass in progress, then stopping", signum)
+        self.event.set()
+
+
+def run_loop(*, interval: float, once_hook: Any = None, stop: StopFlag | None = None) -> None:
+    """The provisioner without Celery, for small sites: a pass every interval, plus due endpoint
+    checks. Stops cleanly on SIGTERM after the pass in progress."""
+    from provisioner.reconcile import run_pass
+
+    stop = stop or StopFlag()
+    last_reason = None
+    while not stop.event.is_set():
+        started = time.monotonic()
+        report = run_pass(dispatch="inline")
+        if report.status == "idle":
+            if report.detail != last_reason:
+                log.info("provisioner idle: %s", report.detail)
+            last_reason = report.detail
+        else:
+            if last_reason is not None:
+                log.info("provisioner active again")
+            last_reason = None
+            if report.status == "error":
+                log.warning("pass error, holding (nothing destructive done): %s", report.detail)
+        if settings.OBLETH_MODEL_HEALTH_ENABLED:
+            try:
+                from obleth.gateway.health import run_due_checks
+
+                run_due_checks()
+            except Exception:  # noqa: BLE001 - health checks must not stop the loop
+                log.exception("endpoint checks failed")
+        if once_hook is not None:
+            once_hook(report)
+        elapsed = time.monotonic() - started
+        stop.event.wait(max(0.0, interval - elapsed))

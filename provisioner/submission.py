@@ -1,0 +1,118 @@
+"""Build the Slurm submission for one replica from its managed spec and the Slurm settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+from provisioner.script import render_batch_script
+from provisioner.slurm.convert import parse_memory_mb, parse_time_limit
+from provisioner.slurm.types import JobSubmission
+
+if TYPE_CHECKING:
+    from obleth.core.models import ManagedSpec, SlurmSettings
+    from provisioner.slurm.client import SlurmClient
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATH = (
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:"
+    "/opt/apptainer/bin:/opt/singularity/bin"
+)
+SECRET_ENV_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
+
+
+def build_submission(
+    *,
+    spec: ManagedSpec,
+    slurm: SlurmSettings,
+    job_name: str,
+    port_base: int,
+    port_span: int,
+    excluded_nodes: tuple[str, ...] = (),
+    client: SlurmClient | None = None,
+) -> JobSubmission:
+    """Everything one submit sends. Values were validated when the spec was saved; a value that
+    no longer parses is left out with a warning rather than blocking every launch."""
+    script = render_batch_script(
+        script_body=spec.script_body,
+        image=spec.image,
+        preamble=spec.preamble,
+        launch_command=spec.launch_command,
+        port_base=port_base,
+        port_span=port_span,
+    )
+    env: list[tuple[str, str]] = [("PATH", DEFAULT_PATH), ("HOME", "/tmp")]
+    hf_token = (slurm.hf_token or "").strip()
+    if hf_token:
+        env += [("HF_TOKEN", hf_token), ("HUGGING_FACE_HUB_TOKEN", hf_token)]
+
+    time_limit: int | None = None
+    if spec.time_limit.strip():
+        try:
+            time_limit = parse_time_limit(spec.time_limit)
+        except ValueError as exc:
+            log.warning("model %s: time_limit left out of the submit: %s", spec.model_id, exc)
+    memory: int | None = None
+    if spec.mem.strip():
+        try:
+            memory = parse_memory_mb(spec.mem)
+        except ValueError as exc:
+            log.warning("model %s: mem left out of the submit: %s", spec.model_id, exc)
+    if memory == 0 and client is not None and spec.partition:
+        # Some sites' submit plugins treat 0 as "unset": send the smallest node's usable memory.
+        try:
+            whole = client.whole_node_memory_mb(spec.partition)
+        except Exception as exc:  # noqa: BLE001 - best effort, 0 is still a valid request
+            log.warning(
+                "model %s: could not read node memory, sending mem 0: %s", spec.model_id, exc
+            )
+            whole = None
+        if whole:
+            memory = whole
+
+    excluded = [n.strip() for n in spec.exclude.split(",") if n.strip()]
+    can_exclude = client is None or getattr(client.adapter, "supports_exclude", True)
+    if excluded_nodes and not can_exclude:
+        # Slurm 22.05's REST API (v0.0.38) has no exclude field: place anywhere rather than fail.
+        log.info(
+            "model %s: slurmrestd %s cannot exclude nodes; not avoiding %s",
+            spec.model_id,
+            client.api_version if client else "?",
+            ",".join(excluded_nodes),
+        )
+        excluded_nodes = ()
+    for node in excluded_nodes:
+        if node not in excluded:
+            excluded.append(node)
+
+    log_dir = spec.log_output_dir.strip().rstrip("/") or (slurm.log_dir or "").strip().rstrip("/")
+    return JobSubmission(
+        name=job_name,
+        script=script,
+        partition=spec.partition.strip(),
+        nodes=max(1, spec.nodes),
+        current_working_directory="/tmp",
+        environment=tuple(env),
+        time_limit_minutes=time_limit,
+        memory_per_node_mb=memory,
+        cpus_per_task=spec.cpus_per_task or None,
+        gres=spec.gres.strip(),
+        account=spec.account.strip(),
+        qos=spec.qos.strip(),
+        constraints=spec.constraints.strip(),
+        excluded_nodes=",".join(excluded),
+        standard_output=f"{log_dir}/{job_name}-%j.out" if log_dir else "",
+        standard_error=f"{log_dir}/{job_name}-%j.err" if log_dir else "",
+    )
+
+
+def submission_record(submission: JobSubmission) -> dict[str, Any]:
+    """What the launch history keeps of a submit: everything but secret values."""
+    data = dataclasses.asdict(submission)
+    data["environment"] = {
+        name: ("[set]" if name in SECRET_ENV_NAMES else value)
+        for name, value in submission.environment
+    }
+    return data
