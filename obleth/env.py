@@ -27,7 +27,9 @@ def env_bool(name: str, default: bool) -> bool:
         return True
     if value in FALSE:
         return False
-    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use 1/0, true/false, yes/no or on/off.")
+    raise ImproperlyConfigured(
+        f"{name}={raw!r} is not a boolean: use 1/0, true/false, yes/no or on/off."
+    )
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
@@ -37,9 +39,13 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     try:
         value = int(raw.strip())
     except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number (default {default}).") from None
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a whole number (default {default})."
+        ) from None
     if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name}={value} must be at least {minimum} (default {default}).")
+        raise ImproperlyConfigured(
+            f"{name}={value} must be at least {minimum} (default {default})."
+        )
     return value
 
 

@@ -152,6 +152,11 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # ----------------------------------------------------------------------------- provisioner knobs
 OBLETH_PROVISIONER_INTERVAL_SECS = env_int("OBLETH_PROVISIONER_INTERVAL_SECS", 15, minimum=1)
+# Fast passes probe only replicas that are not serving yet: one job listing and a few queries.
+# They replace ended jobs and promote ready replicas within about this many seconds. 0 disables.
+OBLETH_PROVISIONER_FAST_INTERVAL_SECS = env_int(
+    "OBLETH_PROVISIONER_FAST_INTERVAL_SECS", 1, minimum=0
+)
 OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS = env_int(
     "OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS", 5, minimum=1
 )
@@ -200,6 +205,17 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(OBLETH_PROVISIONER_INTERVAL_SECS),
         "options": {"expires": float(OBLETH_PROVISIONER_INTERVAL_SECS)},
     },
+    **(
+        {
+            "provisioner-fast-pass": {
+                "task": "provisioner.tasks.reconcile_fast_pass",
+                "schedule": float(OBLETH_PROVISIONER_FAST_INTERVAL_SECS),
+                "options": {"expires": float(OBLETH_PROVISIONER_FAST_INTERVAL_SECS)},
+            }
+        }
+        if OBLETH_PROVISIONER_FAST_INTERVAL_SECS
+        else {}
+    ),
     "gateway-endpoint-checks": {
         "task": "obleth.gateway.tasks.check_due_endpoints",
         "schedule": 30.0,

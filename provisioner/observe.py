@@ -125,7 +125,10 @@ def observe(
     resolver: NodeResolver,
     health_timeout: float,
     probe_concurrency: int,
+    probe_healthy: bool = True,
 ) -> Observation:
+    """Build the snapshot. A fast pass (``probe_healthy=False``) probes only replicas that are not
+    serving yet: healthy replicas keep their zombie counters until the next full pass."""
     # 1. One listing of our jobs. Rows are read AFTER it: a row is written before its submit, so
     #    every listed job that has a row is seen with it (orphan detection relies on this).
     jobs = list_our_jobs(client, knobs.job_prefix)
@@ -212,6 +215,8 @@ def observe(
             if node not in addresses:
                 addresses[node] = resolver.address_for(node)
         if replica.model_id not in enabled_ids or replica.state not in PROBED_STATES:
+            continue
+        if not probe_healthy and replica.state is ReplicaState.HEALTHY:
             continue
         if not job.nodes:
             log.warning("job %s is RUNNING but slurmrestd returned no nodes", job.job_id)

@@ -126,8 +126,15 @@ def run_pass(
     dispatch: str | None = None,
     warmup: WarmupDispatch | None | bool = True,
     client_factory: Callable[[SlurmSettings], SlurmClient] = slurm_client_for,
+    fast: bool = False,
 ) -> PassReport:
-    """Run one pass. ``dispatch`` is "inline" (execute here) or "celery" (one task per model)."""
+    """Run one pass. ``dispatch`` is "inline" (execute here) or "celery" (one task per model).
+
+    A fast pass (``fast=True``) is the same pass without probing replicas that already serve:
+    one job listing and a few queries, cheap enough to run every second so that ended jobs are
+    replaced and ready replicas promoted within about a second. Full passes, on the normal
+    interval, also probe serving replicas (zombie detection).
+    """
     started = time.monotonic()
     dispatch = dispatch or settings.OBLETH_PROVISIONER_DISPATCH
     warmup_dispatch = default_warmup_dispatch() if warmup is True else (warmup or None)
@@ -144,7 +151,12 @@ def run_pass(
         client = client_factory(slurm)
         try:
             report = _pass(
-                client, slurm, dry_run=dry_run, dispatch=dispatch, warmup=warmup_dispatch
+                client,
+                slurm,
+                dry_run=dry_run,
+                dispatch=dispatch,
+                warmup=warmup_dispatch,
+                fast=fast,
             )
         except HoldPass as exc:
             log.warning("pass held, nothing destructive done: %s", exc)
@@ -177,6 +189,7 @@ def _pass(
     dry_run: bool,
     dispatch: str,
     warmup: WarmupDispatch | None,
+    fast: bool = False,
 ) -> PassReport:
     knobs = knobs_from_settings()
     now = timezone.now()
@@ -189,6 +202,7 @@ def _pass(
         resolver=get_resolver(),
         health_timeout=float(settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS),
         probe_concurrency=settings.OBLETH_PROVISIONER_PROBE_CONCURRENCY,
+        probe_healthy=not fast,
     )
     actions = plan(observation.snapshot)
     report = PassReport(status="ok", planned=[encode_action(a) for a in actions])

@@ -45,16 +45,39 @@ class StopFlag:
         self.event.set()
 
 
-def run_loop(*, interval: float, once_hook: Any = None, stop: StopFlag | None = None) -> None:
-    """The provisioner without Celery, for small sites: a pass every interval, plus due endpoint
+def run_loop(
+    *,
+    interval: float,
+    fast_interval: float | None = None,
+    once_hook: Any = None,
+    stop: StopFlag | None = None,
+) -> None:
+    """The provisioner without Celery, for small sites: a full pass every ``interval`` seconds,
+    fast passes every ``fast_interval`` seconds in between (0 or None: none), and due endpoint
     checks. Stops cleanly on SIGTERM after the pass in progress."""
     from provisioner.reconcile import run_pass
 
     stop = stop or StopFlag()
+    fast_every = (
+        fast_interval
+        if fast_interval is not None
+        else float(settings.OBLETH_PROVISIONER_FAST_INTERVAL_SECS)
+    )
     last_reason = None
+    next_full = time.monotonic()
     while not stop.event.is_set():
-        started = time.monotonic()
-        report = run_pass(dispatch="inline")
+        now = time.monotonic()
+        full = now >= next_full or not fast_every
+        report = run_pass(dispatch="inline", fast=not full)
+        if full:
+            next_full = now + interval
+            if settings.OBLETH_MODEL_HEALTH_ENABLED:
+                try:
+                    from obleth.gateway.health import run_due_checks
+
+                    run_due_checks()
+                except Exception:  # noqa: BLE001 - health checks must not stop the loop
+                    log.exception("endpoint checks failed")
         if report.status == "idle":
             if report.detail != last_reason:
                 log.info("provisioner idle: %s", report.detail)
@@ -65,14 +88,9 @@ def run_loop(*, interval: float, once_hook: Any = None, stop: StopFlag | None = 
             last_reason = None
             if report.status == "error":
                 log.warning("pass error, holding (nothing destructive done): %s", report.detail)
-        if settings.OBLETH_MODEL_HEALTH_ENABLED:
-            try:
-                from obleth.gateway.health import run_due_checks
-
-                run_due_checks()
-            except Exception:  # noqa: BLE001 - health checks must not stop the loop
-                log.exception("endpoint checks failed")
         if once_hook is not None:
             once_hook(report)
-        elapsed = time.monotonic() - started
-        stop.event.wait(max(0.0, interval - elapsed))
+        step = min(fast_every, interval) if fast_every else interval
+        stop.event.wait(
+            max(0.0, min(step - (time.monotonic() - now), next_full - time.monotonic()))
+        )

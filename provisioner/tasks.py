@@ -15,6 +15,14 @@ def reconcile_pass() -> dict[str, Any]:
     return {"status": report.status, "detail": report.detail, "ms": report.duration_ms}
 
 
+@shared_task(name="provisioner.tasks.reconcile_fast_pass", ignore_result=True, soft_time_limit=60)
+def reconcile_fast_pass() -> dict[str, Any]:
+    from provisioner.reconcile import run_pass
+
+    report = run_pass(fast=True)
+    return {"status": report.status, "detail": report.detail, "ms": report.duration_ms}
+
+
 @shared_task(name="provisioner.tasks.reconcile_model", ignore_result=True, soft_time_limit=300)
 def reconcile_model(
     model_id: str, actions: list[dict[str, Any]], fingerprint: str, planned_at: str

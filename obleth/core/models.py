@@ -44,7 +44,9 @@ class Model(TimestampedModel):
         help_text="Chosen at creation; it cannot change later.",
     )
     upstream_model = models.CharField(
-        max_length=200, blank=True, help_text="Model name forwarded upstream (blank: the same name)."
+        max_length=200,
+        blank=True,
+        help_text="Model name forwarded upstream (blank: the same name).",
     )
     model_type = models.CharField(max_length=16, choices=ModelType.choices, default=ModelType.CHAT)
     enabled = models.BooleanField(default=True)
@@ -61,6 +63,15 @@ class Model(TimestampedModel):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            stored = Model.objects.filter(pk=self.pk).values_list("hosting_mode", flat=True).first()
+            if stored is not None and stored != self.hosting_mode:
+                raise ValidationError(
+                    {"hosting_mode": f"The hosting mode is fixed at creation (it is {stored!r})."}
+                )
+        super().save(*args, **kwargs)
 
     @property
     def forwarded_name(self) -> str:
@@ -80,15 +91,6 @@ class Model(TimestampedModel):
                     }
                 )
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if not self._state.adding:
-            stored = Model.objects.filter(pk=self.pk).values_list("hosting_mode", flat=True).first()
-            if stored is not None and stored != self.hosting_mode:
-                raise ValidationError(
-                    {"hosting_mode": f"The hosting mode is fixed at creation (it is {stored!r})."}
-                )
-        super().save(*args, **kwargs)
-
 
 class Endpoint(TimestampedModel):
     """One upstream server of a model (OpenAI-compatible, api_base ends in /v1)."""
@@ -100,7 +102,9 @@ class Endpoint(TimestampedModel):
     api_key = encrypt(models.TextField(blank=True, default=""))
     priority = models.PositiveIntegerField(default=100, help_text="Lower wins in failover.")
     weight = models.PositiveIntegerField(
-        default=100, validators=[MinValueValidator(1)], help_text="Share of traffic in load balance."
+        default=100,
+        validators=[MinValueValidator(1)],
+        help_text="Share of traffic in load balance.",
     )
     enabled = models.BooleanField(default=True)
     replica_id = models.UUIDField(
@@ -148,7 +152,9 @@ class SlurmSettings(models.Model):
     cache_dir = models.CharField(max_length=500, blank=True)
     images_dir = models.CharField(max_length=500, blank=True)
     log_dir = models.CharField(max_length=500, blank=True)
-    setup = models.TextField(blank=True, help_text="Shell lines recipes insert at {{cluster.setup}}.")
+    setup = models.TextField(
+        blank=True, help_text="Shell lines recipes insert at {{cluster.setup}}."
+    )
     images = models.JSONField(default=dict, blank=True, help_text="Engine name -> image path.")
     node_addresses = models.JSONField(
         default=dict,
@@ -173,9 +179,13 @@ class SlurmSettings(models.Model):
         self.user = self.user.strip()
         errors: dict[str, str] = {}
         if self.enabled and not self.slurmrestd_url:
-            errors["slurmrestd_url"] = "Set the slurmrestd URL (e.g. http://slurm-head:6820) to enable Slurm."
+            errors["slurmrestd_url"] = (
+                "Set the slurmrestd URL (e.g. http://slurm-head:6820) to enable Slurm."
+            )
         if self.enabled and not self.user:
-            errors["user"] = "Set the Slurm user the JWT belongs to (X-SLURM-USER-NAME) to enable Slurm."
+            errors["user"] = (
+                "Set the Slurm user the JWT belongs to (X-SLURM-USER-NAME) to enable Slurm."
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -219,22 +229,36 @@ class ManagedSpec(TimestampedModel):
     account = models.CharField(max_length=200, blank=True)
     qos = models.CharField(max_length=200, blank=True)
     time_limit = models.CharField(
-        max_length=40, blank=True, validators=[v.validate_time_limit], help_text="e.g. 4:00:00 or 1-00:00"
+        max_length=40,
+        blank=True,
+        validators=[v.validate_time_limit],
+        help_text="e.g. 4:00:00 or 1-00:00",
     )
     cpus_per_task = models.PositiveIntegerField(null=True, blank=True)
     mem = models.CharField(
-        max_length=40, blank=True, validators=[v.validate_memory], help_text="e.g. 64G; 0 = whole node"
+        max_length=40,
+        blank=True,
+        validators=[v.validate_memory],
+        help_text="e.g. 64G; 0 = whole node",
     )
-    image = models.CharField(max_length=500, blank=True, help_text="Apptainer image; blank = bare metal")
+    image = models.CharField(
+        max_length=500, blank=True, help_text="Apptainer image; blank = bare metal"
+    )
     preamble = models.TextField(blank=True)
     launch_command = models.TextField(blank=True)
-    script_body = models.TextField(blank=True, help_text="A full batch script; wins over the above.")
+    script_body = models.TextField(
+        blank=True, help_text="A full batch script; wins over the above."
+    )
     log_output_dir = models.CharField(max_length=500, blank=True)
     serving_port = models.PositiveIntegerField(validators=[v.validate_port])
-    health_path = models.CharField(max_length=200, default="/health", validators=[v.validate_health_path])
+    health_path = models.CharField(
+        max_length=200, default="/health", validators=[v.validate_health_path]
+    )
     target_replicas = models.PositiveIntegerField(default=2, validators=[MaxValueValidator(1000)])
     min_replicas = models.PositiveIntegerField(default=1)
-    max_job_failures = models.PositiveIntegerField(default=0, help_text="Stop after N failed launches; 0 never stops.")
+    max_job_failures = models.PositiveIntegerField(
+        default=0, help_text="Stop after N failed launches; 0 never stops."
+    )
     launcher_spec = models.JSONField(null=True, blank=True)
     recipe = models.ForeignKey(Recipe, null=True, blank=True, on_delete=models.SET_NULL)
     last_provision_error = models.TextField(blank=True, editable=False)
@@ -252,7 +276,9 @@ class ManagedSpec(TimestampedModel):
         if not self.partition.strip():
             errors["partition"] = "Name the Slurm partition to submit to (sinfo lists them)."
         if not self.script_body.strip() and not self.launch_command.strip():
-            errors["script_body"] = "Give a script_body (a recipe's batch script) or a launch_command."
+            errors["script_body"] = (
+                "Give a script_body (a recipe's batch script) or a launch_command."
+            )
         if self.min_replicas > self.target_replicas and self.target_replicas > 0:
             errors["min_replicas"] = (
                 f"min_replicas ({self.min_replicas}) cannot exceed target_replicas "
@@ -272,7 +298,9 @@ class Replica(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     model_id = models.UUIDField(db_index=True)
     model_name = models.CharField(max_length=200)
-    state = models.CharField(max_length=16, choices=ReplicaState.choices, default=ReplicaState.PENDING)
+    state = models.CharField(
+        max_length=16, choices=ReplicaState.choices, default=ReplicaState.PENDING
+    )
     job_id = models.CharField(max_length=40, blank=True, db_index=True)
     job_name = models.CharField(max_length=300)
     nodes = models.CharField(max_length=500, blank=True)
@@ -297,7 +325,10 @@ class Replica(models.Model):
 
 
 class Launch(models.Model):
-    """History: one row per replica ever submitted, with a snapshot of what was sent. Never deleted."""
+    """History: one row per replica ever submitted, with a snapshot of what was sent.
+
+    Never deleted.
+    """
 
     id = models.UUIDField(primary_key=True, editable=False)  # the replica's id
     model_id = models.UUIDField(db_index=True)

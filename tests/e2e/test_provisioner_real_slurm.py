@@ -304,3 +304,34 @@ def test_two_workers_racing_submit_one_job_per_missing_replica(
     env.passes_until(lambda: len(env.healthy(model)) == 2, what="2 healthy")
     assert_jobs_match_rows(env, 2)
     assert squeue(env.prefix).keys() == {r.job_id for r in env.healthy(model)}
+
+
+def test_fast_passes_replace_and_promote_without_probing_serving_replicas(
+    provisioner_env: ProvisionerEnv,
+) -> None:
+    """Fast passes (every second by default) act on ended jobs and ready replicas; only full
+    passes probe replicas that already serve, so zombie counters move on the full cadence."""
+    env = provisioner_env
+    model = env.deploy("e2e-fast", replicas=2)
+    deadline = time.monotonic() + 60
+    while len(env.healthy(model)) < 2:  # fast passes alone bring both up
+        assert run_pass(dispatch="inline", fast=True).status == "ok"
+        assert time.monotonic() < deadline, list(Replica.objects.values("state", "last_message"))
+        time.sleep(0.3)
+
+    dead, victim = env.healthy(model)
+    engine_control(Endpoint.objects.get(pk=dead.endpoint_id), exit=True)
+    scancel(int(victim.job_id))
+    time.sleep(0.5)
+    def replaced() -> bool:
+        live = Replica.objects.filter(model_id=model.pk).exclude(state=ReplicaState.LOST)
+        return Replica.objects.get(pk=victim.pk).state == ReplicaState.LOST and live.count() == 2
+
+    while not replaced():
+        run_pass(dispatch="inline", fast=True)
+        assert time.monotonic() < deadline + 60
+        time.sleep(0.3)
+    assert Replica.objects.get(pk=victim.pk).state == ReplicaState.LOST
+    assert Replica.objects.get(pk=dead.pk).probe_failures == 0  # not probed by fast passes
+    run_pass(dispatch="inline")  # a full pass probes it
+    assert Replica.objects.get(pk=dead.pk).probe_failures == 1
