@@ -122,26 +122,6 @@ class Executor:
             raise RuntimeError("no managed spec for this model; nothing to submit")
         model_name = spec.model.name
         excluded = ",".join(action.excluded_nodes)
-        with transaction.atomic():
-            if action.existing:
-                updated = Replica.objects.filter(pk=action.replica_id, job_id="").update(
-                    submitted_at=self.now(), last_message="submitting", updated_at=self.now()
-                )
-                if not updated:
-                    return "row already has a job; nothing to do"
-            else:
-                Replica.objects.create(
-                    id=action.replica_id,
-                    model_id=action.model_id,
-                    model_name=model_name,
-                    state=ReplicaState.PENDING,
-                    job_name=action.job_name,
-                    port_base=action.port_base,
-                    excluded_nodes=excluded,
-                    submitted_at=self.now(),
-                    last_message="submitting",
-                )
-        fault_point("after_row_before_submit")
         submission = build_submission(
             spec=spec,
             slurm=self.slurm,
@@ -170,6 +150,29 @@ class Executor:
             "stdout_path": submission.standard_output,
             "stderr_path": submission.standard_error,
         }
+        # The row (with the job name that identifies the job) and its launch record are written
+        # together, before the submit: a job whose answer is lost is adopted with its history.
+        with transaction.atomic():
+            if action.existing:
+                updated = Replica.objects.filter(pk=action.replica_id, job_id="").update(
+                    submitted_at=self.now(), last_message="submitting", updated_at=self.now()
+                )
+                if not updated:
+                    return "row already has a job; nothing to do"
+            else:
+                Replica.objects.create(
+                    id=action.replica_id,
+                    model_id=action.model_id,
+                    model_name=model_name,
+                    state=ReplicaState.PENDING,
+                    job_name=action.job_name,
+                    port_base=action.port_base,
+                    excluded_nodes=excluded,
+                    submitted_at=self.now(),
+                    last_message="submitting",
+                )
+            Launch.objects.update_or_create(id=action.replica_id, defaults=launch_defaults)
+        fault_point("after_row_before_submit")
         try:
             job_id = self.client.submit(submission)
         except (SlurmRejected, SlurmConfigError) as exc:
@@ -197,9 +200,7 @@ class Executor:
         Replica.objects.filter(pk=action.replica_id, job_id="").update(
             job_id=job_id, last_message="submitted", updated_at=self.now()
         )
-        Launch.objects.update_or_create(
-            id=action.replica_id, defaults={**launch_defaults, "job_id": job_id}
-        )
+        Launch.objects.filter(pk=action.replica_id).update(job_id=job_id)
         ManagedSpec.objects.filter(pk=action.model_id).exclude(last_provision_error="").update(
             last_provision_error="", last_provision_error_at=None
         )

@@ -148,8 +148,9 @@ def run_pass(
     with lease.held(PASS_LEASE, settings.OBLETH_PROVISIONER_LOCK_TTL_SECS) as got:
         if not got:
             return PassReport(status="skipped", detail="another pass is running")
-        client = client_factory(slurm)
+        client: SlurmClient | None = None
         try:
+            client = client_factory(slurm)
             report = _pass(
                 client,
                 slurm,
@@ -167,7 +168,10 @@ def run_pass(
         else:
             _remember_version(slurm, client, held=False)
         finally:
-            client.close()
+            if client is not None:
+                client.close()
+        if client is None:
+            return _finish(report, started, dry_run)
         if report.status == "error":
             _remember_version(slurm, client, held=True)
         report.slurm_requests = getattr(client, "request_count", 0)

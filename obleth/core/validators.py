@@ -18,9 +18,19 @@ def validate_port(value: int) -> None:
 
 
 def validate_api_version(value: str) -> None:
-    if value and not API_VERSION_RE.match(value):
+    if not value:
+        return
+    if not API_VERSION_RE.match(value):
         raise ValidationError(
             "Use letters, digits and dots only, like v0.0.40 (or leave blank to detect it)."
+        )
+    from provisioner.slurm.adapters import supported_versions
+
+    supported = supported_versions()
+    if value not in supported:
+        raise ValidationError(
+            f"obleth has no adapter for slurmrestd API {value}. Use one of "
+            f"{', '.join(supported)}, or leave it blank to detect the newest the server serves."
         )
 
 

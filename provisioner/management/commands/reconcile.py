@@ -29,7 +29,11 @@ class Command(BaseCommand):
         if options["loop"]:
             if options["dry_run"]:
                 raise CommandError("--loop and --dry-run do not go together: use --dry-run alone.")
-            interval = options["interval"] or float(settings.OBLETH_PROVISIONER_INTERVAL_SECS)
+            interval = (
+                options["interval"]
+                if options["interval"] is not None
+                else float(settings.OBLETH_PROVISIONER_INTERVAL_SECS)
+            )
             if interval <= 0:
                 raise CommandError("--interval must be a positive number of seconds.")
             stop = StopFlag()
