@@ -323,6 +323,7 @@ def test_fast_passes_replace_and_promote_without_probing_serving_replicas(
     engine_control(Endpoint.objects.get(pk=dead.endpoint_id), exit=True)
     scancel(int(victim.job_id))
     time.sleep(0.5)
+
     def replaced() -> bool:
         live = Replica.objects.filter(model_id=model.pk).exclude(state=ReplicaState.LOST)
         return Replica.objects.get(pk=victim.pk).state == ReplicaState.LOST and live.count() == 2
