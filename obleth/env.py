@@ -15,7 +15,11 @@ FALSE = {"0", "false", "no", "off", ""}
 
 
 def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default).strip()
+    """The variable's value, or the default when it is unset or empty."""
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return default
+    return value.strip()
 
 
 def env_bool(name: str, default: bool) -> bool:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 from django.core.mail import get_connection, send_mail
+from django.db import transaction
 
 from obleth.core.models import Alert
 from obleth.logging import redact
@@ -80,7 +81,26 @@ def fire(key: str, title: str, detail: str, severity: str = "warning") -> Alert 
         log.warning("alert %s suppressed (already sent within %ss): %s", key, int(interval), title)
         return None
     log.warning("ALERT [%s] %s: %s%s", severity, key, title, f" -- {detail}" if detail else "")
+    alert = Alert.objects.create(
+        key=key, title=title, detail=detail, severity=severity, channels="log"
+    )
+    if getattr(settings, "OBLETH_PROVISIONER_DISPATCH", "inline") == "celery":
+        # Delivery is its own task: a slow mail server or webhook never holds up a pass.
+        from provisioner.tasks import deliver_alert
 
+        alert_id = alert.pk
+        transaction.on_commit(lambda: deliver_alert.delay(alert_id))
+    else:
+        deliver(alert)
+    return alert
+
+
+def deliver(alert: Alert) -> Alert:
+    """Send an alert by e-mail and to the webhook when configured; record where it went.
+
+    Best effort: a failed channel is logged and recorded, never raised.
+    """
+    key, title, detail, severity = alert.key, alert.title, alert.detail, alert.severity
     channels = ["log"]
     recipients = [r for r in getattr(settings, "OBLETH_ALERT_EMAIL_TO", None) or [] if r]
     if recipients:
@@ -111,6 +131,6 @@ def fire(key: str, title: str, detail: str, severity: str = "warning") -> Alert 
                 type(exc).__name__,
                 redact(reason)[:200],
             )
-    return Alert.objects.create(
-        key=key, title=title, detail=detail, severity=severity, channels=",".join(channels)
-    )
+    alert.channels = ",".join(channels)
+    Alert.objects.filter(pk=alert.pk).update(channels=alert.channels)
+    return alert

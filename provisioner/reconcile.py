@@ -98,21 +98,23 @@ def idle_reason(slurm: SlurmSettings) -> str | None:
     return None
 
 
-def default_warmup_dispatch() -> WarmupDispatch | None:
+def default_warmup_dispatch(mode: str | None = None) -> WarmupDispatch | None:
+    """Warm-ups run off the pass: a Celery task, or (inline mode) a thread of their own that a
+    one-off command waits for before it exits."""
     if settings.OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS <= 0:
         return None
+    chosen = mode or settings.OBLETH_PROVISIONER_DISPATCH
 
     def dispatch(replica_id: uuid.UUID, api_base: str, model_type: str) -> None:
         from provisioner.tasks import warmup_replica
 
-        if (
-            settings.OBLETH_PROVISIONER_DISPATCH == "inline"
-            and not settings.CELERY_TASK_ALWAYS_EAGER
-        ):
+        if chosen == "inline" and not settings.CELERY_TASK_ALWAYS_EAGER:
             import threading
 
             threading.Thread(
-                target=warmup_replica.run, args=(str(replica_id), api_base, model_type), daemon=True
+                target=warmup_replica.run,
+                args=(str(replica_id), api_base, model_type),
+                name=f"warmup-{replica_id}",
             ).start()
         else:
             warmup_replica.delay(str(replica_id), api_base, model_type)
@@ -137,7 +139,7 @@ def run_pass(
     """
     started = time.monotonic()
     dispatch = dispatch or settings.OBLETH_PROVISIONER_DISPATCH
-    warmup_dispatch = default_warmup_dispatch() if warmup is True else (warmup or None)
+    warmup_dispatch = default_warmup_dispatch(dispatch) if warmup is True else (warmup or None)
     status.heartbeat()
     slurm = SlurmSettings.load()
     reason = idle_reason(slurm)

@@ -37,3 +37,14 @@ def warmup_replica(replica_id: str, api_base: str, model_type: str = "chat") -> 
     from provisioner.services import warm_up_replica
 
     return warm_up_replica(replica_id, api_base, model_type)
+
+
+@shared_task(name="provisioner.tasks.deliver_alert", ignore_result=True, soft_time_limit=120)
+def deliver_alert(alert_id: int) -> dict[str, Any]:
+    from obleth.core.models import Alert
+    from provisioner.alerts import deliver
+
+    alert = Alert.objects.filter(pk=alert_id).first()
+    if alert is None:
+        return {"alert_id": alert_id, "delivered": "gone"}
+    return {"alert_id": alert_id, "channels": deliver(alert).channels}

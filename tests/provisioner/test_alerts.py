@@ -172,3 +172,21 @@ def test_long_and_odd_input_is_trimmed() -> None:
     assert len(alert.key) == 200 and len(alert.title) == 300 and len(alert.detail) == 4000
     assert alert.severity == "warning"
     assert alerts.fire("k" * 500, "again", "") is None  # the same (trimmed) key is deduplicated
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_celery_dispatch_delivery_is_its_own_task(settings: Any) -> None:
+    """With Celery dispatch the alert row is written at once and e-mail goes out from the
+    deliver_alert task (eager in tests) after the commit."""
+    from django.core import mail
+
+    from provisioner import alerts
+
+    settings.OBLETH_PROVISIONER_DISPATCH = "celery"
+    settings.OBLETH_ALERT_EMAIL_TO = ["ops@example.org"]
+    settings.OBLETH_ALERT_WEBHOOK_URL = ""
+    alert = alerts.fire("task-delivery", "Title", "Detail")
+    assert alert is not None
+    alert.refresh_from_db()
+    assert alert.channels == "log,email"
+    assert len(mail.outbox) == 1 and mail.outbox[0].subject.endswith("Title")
