@@ -29,6 +29,26 @@ from obleth.core.validators import validate_node_addresses
 # ------------------------------------------------------------------------------------------ models
 
 
+def unique_name(
+    model: type[Model] | type[Recipe],
+    value: str,
+    instance: Any,
+    *,
+    empty: str,
+    taken: str,
+) -> str:
+    """A trimmed, non-empty name no other row of ``model`` uses."""
+    value = value.strip()
+    if not value:
+        raise serializers.ValidationError(empty)
+    clash = model.objects.filter(name=value)
+    if instance is not None:
+        clash = clash.exclude(pk=instance.pk)
+    if clash.exists():
+        raise serializers.ValidationError(taken.format(name=value))
+    return value
+
+
 class ModelSerializer(serializers.ModelSerializer[Model]):
     name = serializers.CharField(
         max_length=200, help_text="The name clients send in the 'model' field."
@@ -70,17 +90,13 @@ class ModelSerializer(serializers.ModelSerializer[Model]):
         return hasattr(obj, "managed_spec")
 
     def validate_name(self, value: str) -> str:
-        value = value.strip()
-        if not value:
-            raise serializers.ValidationError("Give the name clients send in the 'model' field.")
-        clash = Model.objects.filter(name=value)
-        if self.instance is not None:
-            clash = clash.exclude(pk=self.instance.pk)
-        if clash.exists():
-            raise serializers.ValidationError(
-                f"A model named {value!r} already exists: pick another name."
-            )
-        return value
+        return unique_name(
+            Model,
+            value,
+            self.instance,
+            empty="Give the name clients send in the 'model' field.",
+            taken="A model named {name!r} already exists: pick another name.",
+        )
 
     def validate_hosting_mode(self, value: str) -> str:
         if self.instance is not None and value != self.instance.hosting_mode:
@@ -381,17 +397,13 @@ class RecipeSerializer(serializers.ModelSerializer[Recipe]):
         read_only_fields = ["created_at", "updated_at"]
 
     def validate_name(self, value: str) -> str:
-        value = value.strip()
-        if not value:
-            raise serializers.ValidationError("Give the recipe a name.")
-        clash = Recipe.objects.filter(name=value)
-        if self.instance is not None:
-            clash = clash.exclude(pk=self.instance.pk)
-        if clash.exists():
-            raise serializers.ValidationError(
-                f"A recipe named {value!r} already exists: pick another name or edit that one."
-            )
-        return value
+        return unique_name(
+            Recipe,
+            value,
+            self.instance,
+            empty="Give the recipe a name.",
+            taken="A recipe named {name!r} already exists: pick another name or edit that one.",
+        )
 
     def validate_body(self, value: str) -> str:
         from obleth.core.recipes import RecipeError, parse_recipe

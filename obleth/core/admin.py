@@ -43,6 +43,21 @@ admin.site.site_title = "obleth"
 admin.site.index_title = "Models, Slurm replicas and launches"
 
 
+# The managed spec's placement fields, shown the same way inline on a model and on its own page.
+PLACEMENT_FIELDS = (
+    "partition",
+    "account",
+    "qos",
+    "time_limit",
+    "nodes",
+    "gres",
+    "cpus_per_task",
+    "mem",
+    "constraints",
+    "exclude",
+)
+
+
 def badge(value: str, label: str | None = None) -> SafeString:
     """A coloured pill for a state (replica state, health, pass status)."""
     colour = STATE_COLOURS.get(value or "", "#6e7781")
@@ -104,23 +119,7 @@ class ManagedSpecInline(admin.StackedInline):
     readonly_fields = ("last_provision_error", "last_provision_error_at")
     fieldsets = (
         (None, {"fields": ("enabled", "target_replicas", "min_replicas", "max_job_failures")}),
-        (
-            "Placement",
-            {
-                "fields": (
-                    "partition",
-                    "account",
-                    "qos",
-                    "time_limit",
-                    "nodes",
-                    "gres",
-                    "cpus_per_task",
-                    "mem",
-                    "constraints",
-                    "exclude",
-                )
-            },
-        ),
+        ("Placement", {"fields": PLACEMENT_FIELDS}),
         (
             "Service",
             {
@@ -408,23 +407,7 @@ class ManagedSpecAdmin(admin.ModelAdmin):
     actions = ("dismiss_provision_errors",)
     fieldsets = (
         (None, {"fields": ("model", "enabled", "target_replicas", "min_replicas")}),
-        (
-            "Placement",
-            {
-                "fields": (
-                    "partition",
-                    "account",
-                    "qos",
-                    "time_limit",
-                    "nodes",
-                    "gres",
-                    "cpus_per_task",
-                    "mem",
-                    "constraints",
-                    "exclude",
-                )
-            },
-        ),
+        ("Placement", {"fields": PLACEMENT_FIELDS}),
         (
             "Service",
             {
