@@ -171,7 +171,9 @@ class Executor:
                     submitted_at=self.now(),
                     last_message="submitting",
                 )
-            Launch.objects.update_or_create(id=action.replica_id, defaults=launch_defaults)
+                Launch.objects.create(id=action.replica_id, **launch_defaults)
+            if action.existing:
+                Launch.objects.update_or_create(id=action.replica_id, defaults=launch_defaults)
         fault_point("after_row_before_submit")
         try:
             job_id = self.client.submit(submission)
@@ -189,8 +191,9 @@ class Executor:
                     "ended_at": self.now(),
                 },
             )
+            spec.last_provision_error = f"Slurm refused the job: {reason}"
             ManagedSpec.objects.filter(pk=action.model_id).update(
-                last_provision_error=f"Slurm refused the job: {reason}",
+                last_provision_error=spec.last_provision_error,
                 last_provision_error_at=self.now(),
             )
             raise
@@ -201,9 +204,11 @@ class Executor:
             job_id=job_id, last_message="submitted", updated_at=self.now()
         )
         Launch.objects.filter(pk=action.replica_id).update(job_id=job_id)
-        ManagedSpec.objects.filter(pk=action.model_id).exclude(last_provision_error="").update(
-            last_provision_error="", last_provision_error_at=None
-        )
+        if spec.last_provision_error:
+            ManagedSpec.objects.filter(pk=action.model_id).update(
+                last_provision_error="", last_provision_error_at=None
+            )
+            spec.last_provision_error = ""
         log.info("submitted job %s for %s (replica %s)", job_id, model_name, action.replica_id)
         return f"job {job_id}"
 

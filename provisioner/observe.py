@@ -167,6 +167,7 @@ def observe(
     specs = {spec.model_id: spec for spec in spec_rows}
     model_types = {spec.model_id: spec.model.model_type for spec in spec_rows}
     replicas = [replica_view(row) for row in replica_rows]
+    serving_ports = {row.id: row.port for row in replica_rows if row.port}
 
     hold = mass_vanish(replicas, jobs, listed_at)
     if hold:
@@ -222,12 +223,17 @@ def observe(
             log.warning("job %s is RUNNING but slurmrestd returned no nodes", job.job_id)
             continue
         spec = specs[replica.model_id]
+        # A serving replica is checked on the port it was registered with (one connection, not
+        # the whole window): if its server is not there any more, its endpoint is wrong anyway.
+        registered = (
+            serving_ports.get(replica.id) if replica.state is ReplicaState.HEALTHY else None
+        )
         targets.append(
             ProbeTarget(
                 key=replica.id,
                 host=addresses[job.nodes[0]],
-                port_base=replica.port_base or spec.serving_port,
-                port_span=knobs.port_span,
+                port_base=registered or replica.port_base or spec.serving_port,
+                port_span=1 if registered else knobs.port_span,
                 health_path=spec.health_path,
             )
         )

@@ -354,13 +354,25 @@ def test_two_thousand_windows_of_eight_ports() -> None:
     last = first + count - 1
     bases = (first - 7, last, first - 16, last + 9)
     expected_ready = (first, last, None, None)
-    with running_engine("--ports-from", str(first), "--ports-count", str(count)):
-        for port in (first, last):
-            _wait_listening(port)
-        targets = [
-            ProbeTarget(("window", i), "127.0.0.1", bases[i % 4], 8, "/health") for i in range(2000)
-        ]
-        outcomes = probe_all(targets, timeout=10, concurrency=256)
+    # Hold the closed ports: bound but not listening, they refuse connections, and no other
+    # process on this shared machine can start listening on them during the probe.
+    holders = []
+    for port in [*range(first - 16, first), *range(last + 1, last + 17)]:
+        holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        holder.bind(("127.0.0.1", port))
+        holders.append(holder)
+    try:
+        with running_engine("--ports-from", str(first), "--ports-count", str(count)):
+            for port in (first, last):
+                _wait_listening(port)
+            targets = [
+                ProbeTarget(("window", i), "127.0.0.1", bases[i % 4], 8, "/health")
+                for i in range(2000)
+            ]
+            outcomes = probe_all(targets, timeout=10, concurrency=256)
+    finally:
+        for holder in holders:
+            holder.close()
     assert len(outcomes) == 2000
     for i, target in enumerate(targets):
         got = outcomes[target.key]
