@@ -187,6 +187,9 @@ OBLETH_MODEL_HEALTH_TIMEOUT_SECS = env_int("OBLETH_MODEL_HEALTH_TIMEOUT_SECS", 3
 OBLETH_GATEWAY_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_TIMEOUT_SECS", 600, minimum=1)
 # Client keys for /v1 (comma separated). Unset: the gateway takes requests without a key.
 OBLETH_GATEWAY_API_KEYS = env_list("OBLETH_GATEWAY_API_KEYS")
+# How long a web process reuses its routing table (two queries to rebuild). New endpoints are
+# routable in every process within this time.
+OBLETH_GATEWAY_ROUTE_CACHE_MS = env_int("OBLETH_GATEWAY_ROUTE_CACHE_MS", 500, minimum=0)
 
 # Alerts: always logged; e-mail and a Slack-compatible webhook when configured.
 OBLETH_ALERT_EMAIL_TO = env_list("OBLETH_ALERT_EMAIL_TO")

@@ -1,8 +1,9 @@
 """The gateway's routing table: enabled models and their enabled endpoints, cached briefly.
 
-One refresh costs two queries and serves every request for the next second, so a request costs
-no query at all. Endpoints added or removed (by an operator or the provisioner) are routable
-within OBLETH_GATEWAY_ROUTE_CACHE_SECS (default 1 s).
+One refresh costs two queries and serves every request for the next half second, so a request
+costs no query at all. Endpoints added or removed (by an operator or the provisioner) are routable
+within OBLETH_GATEWAY_ROUTE_CACHE_MS (default 500 ms) in every web process; the process that
+made the change drops its table at once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.conf import settings
 from obleth.core.choices import HealthStatus
 from obleth.core.models import Endpoint, Model
 
-DEFAULT_CACHE_SECS = 1.0
+DEFAULT_CACHE_SECS = 0.5
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ _table: RouteTable | None = None
 
 
 def _cache_secs() -> float:
-    return float(getattr(settings, "OBLETH_GATEWAY_ROUTE_CACHE_SECS", DEFAULT_CACHE_SECS))
+    millis = getattr(settings, "OBLETH_GATEWAY_ROUTE_CACHE_MS", None)
+    return DEFAULT_CACHE_SECS if millis is None else float(millis) / 1000.0
 
 
 def build_route_table() -> RouteTable:
