@@ -209,6 +209,9 @@ EMAIL_TIMEOUT = 20
 DEFAULT_FROM_EMAIL = env_str("OBLETH_EMAIL_FROM", "obleth@localhost")
 
 OBLETH_RECIPES_DIR = Path(env_str("OBLETH_RECIPES_DIR", str(BASE_DIR / "recipes")))
+# Where engines that Slurm jobs run on this machine are installed (readable by the job user):
+# scripts/real-engines and the test engine copy used by the demo recipe ({{test_engine}}).
+OBLETH_ENGINES_DIR = Path(env_str("OBLETH_ENGINES_DIR", "/opt/obleth-engines"))
 
 CELERY_BEAT_SCHEDULE = {
     "provisioner-pass": {

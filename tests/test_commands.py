@@ -191,7 +191,7 @@ def test_deploy_recipe_creates_the_model_and_its_spec(db: Any) -> None:
     assert spec.serving_port == 18000
     assert spec.target_replicas == 2 and spec.max_job_failures == 3
     assert spec.mem == "256M" and spec.health_path == "/health"
-    assert "provisioner/testengine/server.py" in spec.script_body
+    assert "testengine/server.py" in spec.script_body
     assert "{{" not in spec.script_body  # rendered, tokens resolved
     spec.full_clean()  # what was stored passes the model's own validation
 

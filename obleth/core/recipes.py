@@ -12,7 +12,8 @@ default placement and the inputs an operator fills in when launching. This modul
 - lists the library recipe files (:func:`library_recipes`);
 - creates a model and its managed spec from a recipe in one step (:func:`deploy`).
 
-Tokens (``{{name}}``): a declared input, the built-ins ``api_model_name`` and ``obleth_root``,
+Tokens (``{{name}}``): a declared input, the built-ins ``api_model_name``, ``obleth_root`` and
+``test_engine`` (the path of an installed, world-readable copy of the test engine),
 and the cluster defaults ``cluster.cache``, ``cluster.images``, ``cluster.logs``,
 ``cluster.setup``, ``image.<engine>`` (also spelled ``cluster.image.<engine>``). Anything else,
 including shell ``${...}`` and ``$(...)``, is left as written, and substituted text is never
@@ -76,7 +77,7 @@ PLACEMENT_FIELDS = (
     "constraints",
     "exclude",
 )
-BUILTIN_TOKENS = ("api_model_name", "obleth_root")
+BUILTIN_TOKENS = ("api_model_name", "obleth_root", "test_engine")
 CLUSTER_TOKENS = ("cluster.cache", "cluster.images", "cluster.logs", "cluster.setup")
 # Where the operator sets each cluster default on the Slurm connection.
 _CLUSTER_FIELD = {
@@ -1001,6 +1002,11 @@ def _builtin(token: str, api_model_name: str) -> str | None:
         return api_model_name
     if token == "obleth_root":
         return str(settings.BASE_DIR)
+    if token == "test_engine":
+        # A world-readable copy: the job user may not be able to read the checkout.
+        from provisioner.testengine import install_copy
+
+        return str(install_copy(settings.OBLETH_ENGINES_DIR))
     return None
 
 

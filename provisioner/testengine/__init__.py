@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-__all__ = ["ENGINE_HEADER", "LISTENING_MARK", "SERVER_PATH", "engine_command"]
+__all__ = ["ENGINE_HEADER", "LISTENING_MARK", "SERVER_PATH", "engine_command", "install_copy"]
 
 SERVER_PATH: Final = Path(__file__).resolve().with_name("server.py")
 # Every answer carries this header, so a probe can tell the test engine from a real one.
@@ -25,3 +25,31 @@ def engine_command(*flags: str, python: str = "/usr/bin/python3") -> list[str]:
     """The argv that starts the engine with the given flags, e.g. ``("--port", "8000")``."""
     extra: Sequence[str] = flags
     return [python, str(SERVER_PATH), *extra]
+
+
+def install_copy(engines_dir: Path) -> Path:
+    """Copy ``server.py`` to ``<engines_dir>/testengine/server.py``, readable by everyone.
+
+    Slurm jobs run as an unprivileged user who may not be able to read the checkout (a clone under
+    /root, say); the copy is what recipes and tests run. Idempotent: the file is rewritten only
+    when it differs. If ``engines_dir`` cannot be written, a folder under /tmp is used instead.
+    """
+    import os
+    import tempfile
+
+    source = SERVER_PATH.read_bytes()
+    for base in (engines_dir, Path(tempfile.gettempdir()) / "obleth-engines"):
+        target = base / "testengine" / "server.py"
+        try:
+            if not target.is_file() or target.read_bytes() != source:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                for folder in (base, target.parent):
+                    os.chmod(folder, 0o755)
+                staging = target.with_suffix(f".{os.getpid()}.tmp")
+                staging.write_bytes(source)
+                os.chmod(staging, 0o644)
+                os.replace(staging, target)
+            return target
+        except OSError:
+            continue
+    raise OSError(f"cannot install the test engine under {engines_dir} or the temp folder")

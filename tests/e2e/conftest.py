@@ -21,9 +21,11 @@ from django.conf import settings as django_settings
 from obleth.core.choices import HostingMode, ReplicaState
 from obleth.core.models import Endpoint, ManagedSpec, Model, Replica, SlurmSettings
 from provisioner.reconcile import PassReport, run_pass
+from provisioner.testengine import install_copy
 from tests.plugins.real_slurm import RealSlurm, job_workdir
 
-ENGINE = django_settings.BASE_DIR / "provisioner" / "testengine" / "server.py"
+# The job user may not be able to read the checkout: jobs run an installed, world-readable copy.
+ENGINE = install_copy(django_settings.OBLETH_ENGINES_DIR)
 
 
 def engine_script(model_name: str, *flags: str) -> str:

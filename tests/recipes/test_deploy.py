@@ -68,7 +68,7 @@ def test_demo_recipe_deploys() -> None:
     assert (spec.serving_port, spec.health_path, spec.target_replicas) == (18000, "/health", 2)
     assert spec.max_job_failures == 3
     assert "{{" not in spec.script_body
-    assert f"{settings.BASE_DIR}/provisioner/testengine/server.py" in spec.script_body
+    assert f"{settings.OBLETH_ENGINES_DIR}/testengine/server.py" in spec.script_body
     assert spec.launcher_spec["recipe"] == {
         "id": None,
         "name": "Test engine (demo)",

@@ -126,7 +126,7 @@ def test_demo_recipe_renders_with_no_cluster_defaults(tmp_path: Path) -> None:
     item = find_library_recipe("test-engine", LIBRARY)
     assert item is not None and item.parsed is not None
     script = render(item.parsed, cluster=None, values={}, api_model_name="demo", strict=True)
-    assert f"{settings.BASE_DIR}/provisioner/testengine/server.py" in script
+    assert f"{settings.OBLETH_ENGINES_DIR}/testengine/server.py" in script
     assert '--model "demo"' in script and "--control" in script
     _bash_n(script, tmp_path, "demo")
 

@@ -470,3 +470,19 @@ def test_multi_port_mode_answers_on_first_and_last_port(start: Callable[..., Eng
     stats = httpx.get(f"http://127.0.0.1:{first + 1}/_stats", timeout=10).json()
     assert stats["warmup_seen"] is True
     assert stats["requests_by_port"][str(last)] == 2
+
+
+def test_install_copy_is_world_readable_and_idempotent(tmp_path: Path) -> None:
+    """Slurm jobs run as an unprivileged user: the installed copy and its folders must be
+    readable by everyone, and a second install must not rewrite an unchanged file."""
+    import stat
+
+    from provisioner.testengine import SERVER_PATH, install_copy
+
+    target = install_copy(tmp_path / "engines")
+    assert target.read_bytes() == SERVER_PATH.read_bytes()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert stat.S_IMODE(target.parent.stat().st_mode) == 0o755
+    before = target.stat().st_mtime_ns
+    assert install_copy(tmp_path / "engines") == target
+    assert target.stat().st_mtime_ns == before
