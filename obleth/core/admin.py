@@ -608,13 +608,13 @@ class RecipeAdmin(admin.ModelAdmin):
 
 class SlurmSettingsForm(forms.ModelForm):
     new_jwt = secret_field(
-        "JWT",
+        "New JWT",
         "Write-only. Paste the raw token from `scontrol token`; leave blank to keep the stored "
         "one.",
     )
     clear_jwt = forms.BooleanField(label="Clear the JWT", required=False)
     new_hf_token = secret_field(
-        "Hugging Face token", "Write-only. Leave blank to keep the stored token."
+        "New Hugging Face token", "Write-only. Leave blank to keep the stored token."
     )
     clear_hf_token = forms.BooleanField(label="Clear the Hugging Face token", required=False)
 
@@ -765,7 +765,7 @@ class SlurmSettingsAdmin(admin.ModelAdmin):
         )
         obj.jwt, obj.hf_token = saved.jwt, saved.hf_token
 
-    @admin.display(description="JWT")
+    @admin.display(description="Stored JWT")
     def jwt_status(self, obj: SlurmSettings) -> str:
         view = services.jwt_view(obj.jwt)
         text = secret_status(obj.jwt)
@@ -774,7 +774,7 @@ class SlurmSettingsAdmin(admin.ModelAdmin):
             text += f"; {'EXPIRED' if view['expired'] else 'expires'} {when:%Y-%m-%d %H:%M %Z}"
         return text
 
-    @admin.display(description="Hugging Face token")
+    @admin.display(description="Stored Hugging Face token")
     def hf_token_status(self, obj: SlurmSettings) -> str:
         return secret_status(obj.hf_token)
 

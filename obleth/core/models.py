@@ -143,6 +143,7 @@ class SlurmSettings(models.Model):
     api_version = models.CharField(
         max_length=20,
         blank=True,
+        verbose_name="API version",
         validators=[v.validate_api_version],
         help_text="Blank: detect from what slurmrestd serves (newest supported wins).",
     )
