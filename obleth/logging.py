@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import traceback
 
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s'\"]+")
@@ -36,10 +37,20 @@ def redact(text: str) -> str:
 
 
 class RedactSecretsFilter(logging.Filter):
+    """Masks secrets in the message AND in any traceback or stack attached to the record."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         cleaned = redact(message)
         if cleaned != message:
             record.msg = cleaned
             record.args = None
+        if record.exc_info and record.exc_info[0] is not None:
+            text = "".join(traceback.format_exception(*record.exc_info))
+            record.exc_text = redact(text).rstrip("\n")
+            record.exc_info = None
+        elif record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
         return True

@@ -82,6 +82,8 @@ class ModelSpec:
     serving_port: int = 8000
     excluded_nodes: tuple[str, ...] = ()  # the operator's own exclude list
     node_count: int = 1
+    # Slurm refused a submit for this model moments ago: no new submits this pass (backoff).
+    hold_submits: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

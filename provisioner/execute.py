@@ -21,11 +21,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 from django.utils import timezone
 
 from obleth.core.choices import ReplicaState
 from obleth.core.models import Endpoint, Launch, ManagedSpec, Replica, SlurmSettings
+from provisioner import lease
 from provisioner.domain import (
     Action,
     Adopt,
@@ -40,7 +42,7 @@ from provisioner.domain import (
     UpdateMessage,
 )
 from provisioner.slurm.client import SlurmClient
-from provisioner.slurm.errors import SlurmConfigError, SlurmError, SlurmRejected
+from provisioner.slurm.errors import SlurmConfigError, SlurmRejected
 from provisioner.submission import build_submission, submission_record
 
 log = logging.getLogger(__name__)
@@ -76,14 +78,29 @@ class Executor:
     model_types: dict[uuid.UUID, str]
     warmup: WarmupDispatch | None = None
     now: Callable[[], dt.datetime] = timezone.now
+    # (lease name, owner) pairs this executor acts under; renewed before every action.
+    leases: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    lease_ttl: float = 120.0
+
+    def still_holds(self) -> bool:
+        return all(lease.renew(name, owner, self.lease_ttl) for name, owner in self.leases)
 
     def run(self, actions: Sequence[Action]) -> list[ActionResult]:
         results: list[ActionResult] = []
-        for action in actions:
+        for index, action in enumerate(actions):
             name = type(action).__name__
             replica_id = str(getattr(action, "replica_id", "") or getattr(action, "job_id", ""))
+            if self.leases and not self.still_holds():
+                # Slow Slurm calls outlived a lease: another pass may act now. Stop here; the
+                # next pass plans what is left from what it sees.
+                left = len(actions) - index
+                log.warning("lease lost; %d action(s) left for the next pass", left)
+                results.append(ActionResult("lease", replica_id, False, f"lease lost; {left} left"))
+                break
             try:
                 detail = self.apply(action)
+            except SoftTimeLimitExceeded:
+                raise  # the task's time is up: stop, do not swallow it as one failed action
             except Exception as exc:  # noqa: BLE001 - one failed action must not stop the others
                 log.warning("%s %s failed: %s", name, replica_id, exc)
                 results.append(ActionResult(name, replica_id, False, str(exc)))
@@ -107,6 +124,9 @@ class Executor:
                 return self.cancel_orphan(action)
             case DeleteReplica():
                 Replica.objects.filter(pk=action.replica_id).delete()
+                Launch.objects.filter(pk=action.replica_id, ended_at__isnull=True).update(
+                    ended_at=self.now(), end_state="deleted", end_reason=action.why[:500]
+                )
                 return action.why
             case DeleteEndpoint():
                 Endpoint.objects.filter(pk=action.endpoint_id, replica_id__isnull=False).delete()
@@ -346,13 +366,13 @@ class Executor:
 
 
 def _recipe_id(launcher_spec: Any) -> uuid.UUID | None:
-    if isinstance(launcher_spec, dict) and launcher_spec.get("recipe_id"):
-        try:
-            return uuid.UUID(str(launcher_spec["recipe_id"]))
-        except ValueError:
-            return None
-    return None
-
-
-def slurm_error_text(exc: SlurmError) -> str:
-    return exc.message
+    if not isinstance(launcher_spec, dict):
+        return None
+    recipe = launcher_spec.get("recipe")
+    value = recipe.get("id") if isinstance(recipe, dict) else launcher_spec.get("recipe_id")
+    if not value:
+        return None
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None

@@ -108,12 +108,17 @@ def knobs_from_settings() -> Knobs:
     )
 
 
-def list_our_jobs(client: SlurmClient, prefix: str) -> dict[str, JobInfo]:
+def list_our_jobs(client: SlurmClient, prefix: str, user: str = "") -> dict[str, JobInfo]:
+    """One listing of the jobs carrying our prefix, owned by our Slurm user.
+
+    The listing shows every user's jobs: another team's (or another obleth's) job that happens to
+    carry the prefix is not ours to adopt or cancel.
+    """
     try:
         jobs = client.list_jobs(name_prefix=prefix)
     except SlurmError as exc:
         raise HoldPass(f"slurm job listing failed; holding: {exc}") from exc
-    return {job.job_id: job for job in jobs}
+    return {job.job_id: job for job in jobs if not user or not job.user or job.user == user}
 
 
 def observe(
@@ -126,12 +131,13 @@ def observe(
     health_timeout: float,
     probe_concurrency: int,
     probe_healthy: bool = True,
+    submit_backoff_secs: float = 15.0,
 ) -> Observation:
     """Build the snapshot. A fast pass (``probe_healthy=False``) probes only replicas that are not
     serving yet: healthy replicas keep their zombie counters until the next full pass."""
     # 1. One listing of our jobs. Rows are read AFTER it: a row is written before its submit, so
     #    every listed job that has a row is seen with it (orphan detection relies on this).
-    jobs = list_our_jobs(client, knobs.job_prefix)
+    jobs = list_our_jobs(client, knobs.job_prefix, slurm.user.strip())
     listed_at = now
 
     try:
@@ -175,7 +181,9 @@ def observe(
 
     # 2. Desired state: enabled specs, and a drain entry for every other model that has rows.
     model_specs: list[ModelSpec] = []
+    backoff = dt.timedelta(seconds=submit_backoff_secs)
     for spec in spec_rows:
+        refused_at = spec.last_provision_error_at
         model_specs.append(
             ModelSpec(
                 model_id=spec.model_id,
@@ -186,6 +194,14 @@ def observe(
                 serving_port=spec.serving_port,
                 excluded_nodes=split_nodes(spec.exclude),
                 node_count=max(1, spec.nodes),
+                # Back off after a refusal, unless the operator changed the spec since (a fix
+                # is tried at once) or dismissed the error.
+                hold_submits=bool(
+                    spec.last_provision_error
+                    and refused_at
+                    and now - refused_at < backoff
+                    and spec.updated_at <= refused_at
+                ),
             )
         )
     known = {s.model_id for s in model_specs}
@@ -207,14 +223,18 @@ def observe(
     # 3. Addresses and probes for replicas whose job runs.
     resolver.set_overrides(slurm.node_addresses or {})
     targets: list[ProbeTarget] = []
-    addresses: dict[str, str] = {}
+    running_nodes = [
+        job.nodes[0]
+        for replica in replicas
+        if (job := jobs.get(replica.job_id) if replica.job_id else None) is not None
+        and job.phase is JobPhase.RUNNING
+        and job.nodes
+    ]
+    addresses: dict[str, str] = resolver.resolve_many(running_nodes)
     for replica in replicas:
         job = jobs.get(replica.job_id) if replica.job_id else None
         if job is None or job.phase is not JobPhase.RUNNING:
             continue
-        for node in job.nodes[:1]:
-            if node not in addresses:
-                addresses[node] = resolver.address_for(node)
         if replica.model_id not in enabled_ids or replica.state not in PROBED_STATES:
             continue
         if not probe_healthy and replica.state is ReplicaState.HEALTHY:

@@ -297,10 +297,12 @@ class _Pass:
         self.ended: set[uuid.UUID] = set()  # cancelled, marked lost or deleted this pass
         self.carried_endpoints: set[uuid.UUID] = set()  # deleted by a Cancel/MarkLost
         self.reused_endpoints: set[uuid.UUID] = set()  # kept by a Promote
+        # A draining row keeps its window until its row is gone: its server may still be
+        # shutting down on that port (KillWait), and a new replica there would be probed into it.
         self.taken_windows: list[int] = [
             r.port_base
             for r in snapshot.replicas
-            if r.port_base is not None and r.state not in (ReplicaState.LOST, ReplicaState.DRAINING)
+            if r.port_base is not None and r.state is not ReplicaState.LOST
         ]
 
     # endpoint helpers ---------------------------------------------------------------------
@@ -479,7 +481,12 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             rank = _RANK_LOADING
         else:
             rank = _RANK_SERVING
-            _maybe_migrate(ps, g, r, node)
+            moved = bool(node) and bool(r.nodes) and node != r.nodes[0]
+            if moved and isinstance(port, int):
+                # Requeued onto another node (preemption with requeue): register it there.
+                _promote(ps, g, spec, r, node, port)
+            else:
+                _maybe_migrate(ps, g, r, node)
         if r.id not in g.promotes:
             message = HEALTHY_MESSAGE if r.state is ReplicaState.HEALTHY else status_message(job)
             _annotate(g, r, message, job.nodes)
@@ -513,6 +520,8 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
         if a.kind is not _Kind.RESUBMIT:
             continue
         r = a.replica
+        if spec.hold_submits:
+            continue  # Slurm just refused a submit for this model: try again after the backoff
         if breaker:
             why = f"not submitted: stopped after {failures} failed launches"
             g.delete_replicas.append(DeleteReplica(r.model_id, r.id, why=why))
@@ -534,7 +543,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
         )
 
     missing = target - len(alive)
-    if missing > 0 and not breaker:
+    if missing > 0 and not breaker and not spec.hold_submits:
         excluded = _excluded_nodes(ps, spec, failed_nodes)
         for index in range(missing):
             replica_id = new_replica_id(spec.model_id, s.now, index)
@@ -626,7 +635,9 @@ def _self_heal(
         counter = max(counter - 1, 0) if port is not None else counter + 1
     if k.restart_after_failures <= 0:
         return counter, None, ""
-    if counter >= k.restart_after_failures:
+    # Only a pass that probed it may act on the counter: fast passes (no probe of serving
+    # replicas) must not turn one stale count into a restart per second.
+    if probed and counter >= k.restart_after_failures:
         return counter, CancelReason.PROBE_FAILED, CANCEL_MESSAGES[CancelReason.PROBE_FAILED]
     endpoint = (
         ps.endpoints_by_id.get(r.endpoint_id)

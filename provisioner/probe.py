@@ -393,6 +393,8 @@ class _Prober:
             return _PortResult(False, f"no HTTP answer ({type(exc).__name__})")
         except OSError as exc:
             return _PortResult(False, _os_reason(exc))
+        except Exception as exc:  # noqa: BLE001 - e.g. InvalidURL: one bad target, not the pass
+            return _PortResult(False, f"probe failed ({type(exc).__name__})")
         finally:
             sock.close()  # no-op when the transport already closed it
         loading = body_says_loading(body, content_type)

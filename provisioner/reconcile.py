@@ -8,6 +8,7 @@ several workers.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -24,7 +25,7 @@ from provisioner import lease, status
 from provisioner.codec import decode_action, encode_action
 from provisioner.domain import Action, CancelOrphan
 from provisioner.execute import ActionResult, Executor, WarmupDispatch
-from provisioner.observe import HoldPass, Observation, fingerprint, knobs_from_settings, observe
+from provisioner.observe import HoldPass, fingerprint, knobs_from_settings, observe
 from provisioner.plan import plan
 from provisioner.resolve import get_resolver
 from provisioner.slurm.client import SlurmClient
@@ -80,7 +81,8 @@ def _remember_version(slurm: SlurmSettings, client: SlurmClient, held: bool) -> 
         _detected.pop(slurm.slurmrestd_url, None)
         return
     version = getattr(client, "api_version", None)
-    if version and slurm.slurmrestd_url not in _detected:
+    cached = _detected.get(slurm.slurmrestd_url)
+    if version and (cached is None or time.monotonic() - cached[1] >= DETECTION_TTL_SECS):
         _detected[slurm.slurmrestd_url] = (version, time.monotonic())
         if slurm.detected_api_version != version:
             SlurmSettings.objects.filter(pk=slurm.pk).update(detected_api_version=version)
@@ -140,14 +142,19 @@ def run_pass(
     started = time.monotonic()
     dispatch = dispatch or settings.OBLETH_PROVISIONER_DISPATCH
     warmup_dispatch = default_warmup_dispatch(dispatch) if warmup is True else (warmup or None)
-    status.heartbeat()
+    if not dry_run:
+        status.heartbeat()
     slurm = SlurmSettings.load()
     reason = idle_reason(slurm)
     if reason:
         report = PassReport(status="idle", detail=reason)
         return _finish(report, started, dry_run)
 
-    with lease.held(PASS_LEASE, settings.OBLETH_PROVISIONER_LOCK_TTL_SECS) as got:
+    owner = lease.make_owner()
+    ttl = settings.OBLETH_PROVISIONER_LOCK_TTL_SECS
+    # A dry run changes nothing, so it needs no lease (and must not make a real pass skip).
+    guard = contextlib.nullcontext(True) if dry_run else lease.held(PASS_LEASE, ttl, owner=owner)
+    with guard as got:
         if not got:
             return PassReport(status="skipped", detail="another pass is running")
         client: SlurmClient | None = None
@@ -160,6 +167,7 @@ def run_pass(
                 dispatch=dispatch,
                 warmup=warmup_dispatch,
                 fast=fast,
+                pass_lease=(PASS_LEASE, owner),
             )
         except HoldPass as exc:
             log.warning("pass held, nothing destructive done: %s", exc)
@@ -168,7 +176,8 @@ def run_pass(
             log.exception("pass failed")
             report = PassReport(status="error", detail=f"{type(exc).__name__}: {exc}")
         else:
-            _remember_version(slurm, client, held=False)
+            if not dry_run:
+                _remember_version(slurm, client, held=False)
         finally:
             if client is not None:
                 client.close()
@@ -196,6 +205,7 @@ def _pass(
     dispatch: str,
     warmup: WarmupDispatch | None,
     fast: bool = False,
+    pass_lease: tuple[str, str] | None = None,
 ) -> PassReport:
     knobs = knobs_from_settings()
     now = timezone.now()
@@ -209,6 +219,7 @@ def _pass(
         health_timeout=float(settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS),
         probe_concurrency=settings.OBLETH_PROVISIONER_PROBE_CONCURRENCY,
         probe_healthy=not fast,
+        submit_backoff_secs=float(settings.OBLETH_PROVISIONER_INTERVAL_SECS),
     )
     actions = plan(observation.snapshot)
     report = PassReport(status="ok", planned=[encode_action(a) for a in actions])
@@ -231,6 +242,8 @@ def _pass(
         specs=observation.specs,
         model_types=observation.model_types,
         warmup=warmup,
+        leases=[pass_lease] if pass_lease else [],
+        lease_ttl=float(settings.OBLETH_PROVISIONER_LOCK_TTL_SECS),
     )
     skipped = 0
     for model_id, model_actions in by_model.items():
@@ -273,7 +286,9 @@ def execute_model(
     model_id: uuid.UUID, actions: list[Action], expected: str, executor: Executor
 ) -> list[ActionResult]:
     """Run one model's actions under its lease, only if its rows are as the plan saw them."""
-    with lease.held(f"{MODEL_LEASE}{model_id}", settings.OBLETH_PROVISIONER_LOCK_TTL_SECS) as got:
+    name = f"{MODEL_LEASE}{model_id}"
+    owner = lease.make_owner()
+    with lease.held(name, settings.OBLETH_PROVISIONER_LOCK_TTL_SECS, owner=owner) as got:
         if not got:
             return [ActionResult("model", str(model_id), True, "busy: another pass acts on it")]
         current = fingerprint(Replica.objects.filter(model_id=model_id))
@@ -286,7 +301,11 @@ def execute_model(
                     "rows changed since observed; re-planned next pass",
                 )
             ]
-        return executor.run(actions)
+        executor.leases.append((name, owner))
+        try:
+            return executor.run(actions)
+        finally:
+            executor.leases.remove((name, owner))
 
 
 def run_model_task(
@@ -321,12 +340,3 @@ def run_model_task(
     finally:
         client.close()
     return {"model_id": model_id, "results": [dataclasses.asdict(r) for r in results]}
-
-
-def observation_summary(observation: Observation) -> dict[str, Any]:
-    return {
-        "models": len(observation.snapshot.specs),
-        "replicas": len(observation.snapshot.replicas),
-        "jobs": len(observation.snapshot.jobs),
-        "probed": len(observation.snapshot.probes),
-    }

@@ -68,7 +68,12 @@ def run_loop(
     while not stop.event.is_set():
         now = time.monotonic()
         full = now >= next_full or not fast_every
-        report = run_pass(dispatch="inline", fast=not full)
+        try:
+            report = run_pass(dispatch="inline", fast=not full)
+        except Exception:  # noqa: BLE001 - a database blip must not end the loop
+            log.exception("pass could not run (database unreachable?); trying again")
+            stop.event.wait(max(1.0, fast_every or interval))
+            continue
         if full:
             next_full = now + interval
             if settings.OBLETH_MODEL_HEALTH_ENABLED:

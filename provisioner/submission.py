@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from provisioner.script import render_batch_script
-from provisioner.slurm.convert import parse_memory_mb, parse_time_limit
+from provisioner.slurm.convert import expand_nodelist, parse_memory_mb, parse_time_limit
 from provisioner.slurm.types import JobSubmission
 
 if TYPE_CHECKING:
@@ -72,7 +72,8 @@ def build_submission(
         if whole:
             memory = whole
 
-    excluded = [n.strip() for n in spec.exclude.split(",") if n.strip()]
+    operator_exclude = "".join(spec.exclude.split())  # "gpu01, gpu[03-05]" -> one hostlist
+    excluded = list(expand_nodelist(operator_exclude)) if operator_exclude else []
     can_exclude = client is None or getattr(client.adapter, "supports_exclude", True)
     if excluded_nodes and not can_exclude:
         # Slurm 22.05's REST API (v0.0.38) has no exclude field: place anywhere rather than fail.
@@ -102,10 +103,19 @@ def build_submission(
         account=spec.account.strip(),
         qos=spec.qos.strip(),
         constraints=spec.constraints.strip(),
-        excluded_nodes=",".join(excluded),
+        excluded_nodes=collect_nodelist(excluded),
         standard_output=f"{log_dir}/{job_name}-%j.out" if log_dir else "",
         standard_error=f"{log_dir}/{job_name}-%j.err" if log_dir else "",
     )
+
+
+def collect_nodelist(nodes: list[str]) -> str:
+    """Nodes as one Slurm hostlist expression (gpu01,gpu[03-05]), as --exclude takes it."""
+    if not nodes:
+        return ""
+    import hostlist
+
+    return str(hostlist.collect_hostlist(nodes))
 
 
 def submission_record(submission: JobSubmission) -> dict[str, Any]:

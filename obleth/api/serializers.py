@@ -119,19 +119,30 @@ class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
         allow_blank=True,
         trim_whitespace=True,
         style={"input_type": "password"},
-        help_text="Write-only. Omit to keep the stored key; an empty string clears it.",
+        help_text="Write-only. Omitted or empty keeps the stored key; api_key_clear removes it.",
+    )
+    api_key_clear = serializers.BooleanField(
+        write_only=True, required=False, default=False, help_text="Remove the stored API key."
     )
     api_key_set = serializers.SerializerMethodField()
     api_key_last4 = serializers.SerializerMethodField()
     priority = serializers.IntegerField(
         required=False,
         min_value=0,
-        error_messages={"min_value": "Use 0 or more: a lower priority wins in failover."},
+        max_value=1_000_000,
+        error_messages={
+            "min_value": "Use 0 or more: a lower priority wins in failover.",
+            "max_value": "Use at most 1000000.",
+        },
     )
     weight = serializers.IntegerField(
         required=False,
         min_value=1,
-        error_messages={"min_value": "Use 1 or more: the weight is a share of traffic."},
+        max_value=1_000_000,
+        error_messages={
+            "min_value": "Use 1 or more: the weight is a share of traffic.",
+            "max_value": "Use at most 1000000.",
+        },
     )
 
     class Meta:
@@ -143,6 +154,7 @@ class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
             "name",
             "api_base",
             "api_key",
+            "api_key_clear",
             "api_key_set",
             "api_key_last4",
             "priority",
@@ -185,6 +197,15 @@ class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
                 "Give the server's OpenAI root, e.g. http://gpu-node-01:8000/v1."
             )
         return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # Secrets are write-only: omitted or empty keeps the stored key; clearing is explicit.
+        clear = attrs.pop("api_key_clear", False)
+        if not attrs.get("api_key"):
+            attrs.pop("api_key", None)
+        if clear:
+            attrs["api_key"] = ""
+        return super().validate(attrs)
 
     def validate_name(self, value: str) -> str:
         value = value.strip()

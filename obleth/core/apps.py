@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -6,3 +8,25 @@ class CoreConfig(AppConfig):
     label = "core"
     verbose_name = "obleth"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.conf import settings
+        from django.db.models.signals import post_init
+
+        from obleth.core.models import Endpoint, SlurmSettings
+        from obleth.logging import register_secret
+
+        # Every process that loads a secret learns to mask it in its logs, not only the one
+        # that wrote it (the worker, beat and the loop read them from the database).
+        register_secret(settings.OBLETH_ADMIN_TOKEN)
+        register_secret(settings.EMAIL_HOST_PASSWORD)
+
+        def slurm_loaded(sender: Any, instance: SlurmSettings, **kwargs: Any) -> None:
+            register_secret(instance.jwt)
+            register_secret(instance.hf_token)
+
+        def endpoint_loaded(sender: Any, instance: Endpoint, **kwargs: Any) -> None:
+            register_secret(instance.api_key)
+
+        post_init.connect(slurm_loaded, sender=SlurmSettings, weak=False, dispatch_uid="mask-slurm")
+        post_init.connect(endpoint_loaded, sender=Endpoint, weak=False, dispatch_uid="mask-ep")

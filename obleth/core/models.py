@@ -222,13 +222,23 @@ class ManagedSpec(TimestampedModel):
         Model, on_delete=models.CASCADE, primary_key=True, related_name="managed_spec"
     )
     enabled = models.BooleanField(default=True, help_text="Off: its replicas are drained.")
-    partition = models.CharField(max_length=200)
-    gres = models.CharField(max_length=200, blank=True, help_text="e.g. gpu:1 (sent as gres/gpu:1)")
+    partition = models.CharField(max_length=200, validators=[v.validate_slurm_name])
+    gres = models.CharField(
+        max_length=200,
+        blank=True,
+        validators=[v.validate_gres],
+        help_text="e.g. gpu:1 (sent as gres/gpu:1)",
+    )
     nodes = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
     constraints = models.CharField(max_length=500, blank=True)
-    exclude = models.CharField(max_length=500, blank=True, help_text="Nodes never to use.")
-    account = models.CharField(max_length=200, blank=True)
-    qos = models.CharField(max_length=200, blank=True)
+    exclude = models.CharField(
+        max_length=500,
+        blank=True,
+        validators=[v.validate_hostlist],
+        help_text="Nodes never to use, e.g. gpu01,gpu[03-05].",
+    )
+    account = models.CharField(max_length=200, blank=True, validators=[v.validate_slurm_name])
+    qos = models.CharField(max_length=200, blank=True, validators=[v.validate_slurm_name])
     time_limit = models.CharField(
         max_length=40,
         blank=True,
@@ -250,7 +260,9 @@ class ManagedSpec(TimestampedModel):
     script_body = models.TextField(
         blank=True, help_text="A full batch script; wins over the above."
     )
-    log_output_dir = models.CharField(max_length=500, blank=True)
+    log_output_dir = models.CharField(
+        max_length=500, blank=True, validators=[v.validate_absolute_dir]
+    )
     serving_port = models.PositiveIntegerField(validators=[v.validate_port])
     health_path = models.CharField(
         max_length=200, default="/health", validators=[v.validate_health_path]

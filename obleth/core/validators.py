@@ -66,6 +66,57 @@ def validate_http_url(value: str) -> None:
     parsed = urlparse(value)
     if parsed.scheme not in {"http", "https"} or not parsed.netloc:
         raise ValidationError(f"{value!r} is not an http(s) URL, e.g. http://slurm-head:6820.")
+    if parsed.username or parsed.password:
+        # Not echoed back: the value holds a credential.
+        raise ValidationError(
+            "Leave credentials out of the URL: they would be stored and shown in clear. "
+            "Put an endpoint's key in api_key."
+        )
+
+
+SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+GRES_RE = re.compile(r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*)*$")
+
+
+def validate_slurm_name(value: str) -> None:
+    """A partition, account or QoS name: one word as Slurm spells it."""
+    if value and not SLURM_NAME_RE.match(value.strip()):
+        raise ValidationError(
+            f"{value!r} is not a Slurm name: use letters, digits and _ . + - only "
+            "(sinfo, sacctmgr show account / qos list them)."
+        )
+
+
+def validate_gres(value: str) -> None:
+    if value and not GRES_RE.match(value.strip()):
+        raise ValidationError(
+            f"{value!r} is not a GRES request: write name[:type]:count, e.g. gpu:1 or gpu:a100:2."
+        )
+
+
+def validate_hostlist(value: str) -> None:
+    """Node names or Slurm hostlist expressions, e.g. gpu01,gpu[03-05]."""
+    if not value.strip():
+        return
+    import hostlist
+
+    try:
+        hosts = hostlist.expand_hostlist(value.strip())
+    except hostlist.BadHostlist as exc:
+        raise ValidationError(
+            f"{value!r} is not a node list ({exc}): write names or ranges, e.g. gpu01,gpu[03-05]."
+        ) from None
+    if not hosts or any(not HOSTNAME_RE.match(h) for h in hosts):
+        raise ValidationError(
+            f"{value!r} is not a node list: write names or ranges, e.g. gpu01,gpu[03-05]."
+        )
+
+
+def validate_absolute_dir(value: str) -> None:
+    if value and not value.strip().startswith("/"):
+        raise ValidationError(
+            f"{value!r} is relative: give an absolute folder on shared storage, e.g. /scratch/logs."
+        )
 
 
 def validate_time_limit(value: str) -> None:
@@ -93,3 +144,5 @@ def validate_memory(value: str) -> None:
 def validate_health_path(value: str) -> None:
     if not value.startswith("/"):
         raise ValidationError("The health path must start with '/', e.g. /health or /api/tags.")
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValidationError("The health path cannot hold spaces or control characters.")

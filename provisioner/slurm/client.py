@@ -428,13 +428,17 @@ class SlurmClient:
         """
         if not partition.strip():
             return None
+        cache: dict[str, int | None] = self.__dict__.setdefault("_whole_node_memory", {})
+        if partition in cache:  # one node listing per partition for this client's lifetime
+            return cache[partition]
         sizes = [
             node.real_memory_mb - (node.specialized_memory_mb or 0)
             for node in self.nodes()
             if partition in node.partitions and node.real_memory_mb
         ]
         sizes = [s for s in sizes if s > 0]
-        return min(sizes) if sizes else None
+        cache[partition] = min(sizes) if sizes else None
+        return cache[partition]
 
     def _slurmdb(
         self,

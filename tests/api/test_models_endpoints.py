@@ -144,8 +144,12 @@ def test_endpoint_crud_with_a_write_only_api_key(api_client: Any) -> None:
     endpoint.refresh_from_db()
     assert endpoint.api_key == "sk-newkey-98765"
 
-    # An empty string clears it.
-    cleared = api_client.patch(f"{url}/{endpoint.pk}", {"api_key": ""}, format="json")
+    # An empty string keeps it (as an omitted one does); api_key_clear removes it.
+    kept = api_client.patch(f"{url}/{endpoint.pk}", {"api_key": ""}, format="json")
+    assert kept.json()["api_key_set"] is True
+    endpoint.refresh_from_db()
+    assert endpoint.api_key == "sk-newkey-98765"
+    cleared = api_client.patch(f"{url}/{endpoint.pk}", {"api_key_clear": True}, format="json")
     assert cleared.json()["api_key_set"] is False
     endpoint.refresh_from_db()
     assert endpoint.api_key == ""

@@ -138,7 +138,15 @@ def test_refused_submit_drops_the_row_records_why_and_the_next_success_clears_it
     assert spec.last_provision_error_at is not None
     assert cluster.our_jobs() == []
 
-    ManagedSpec.objects.filter(pk=model.pk).update(partition="debug")
+    # Right after a refusal the model backs off: the next (fast) pass does not submit again.
+    report = run_pass()
+    assert failed(report) == [] and not Replica.objects.filter(model_id=model.pk).exists()
+    assert Launch.objects.filter(model_id=model.pk).count() == 1
+
+    # The operator fixes the spec (a save, as the API and admin do): tried again at once.
+    spec = spec_of(model)
+    spec.partition = "debug"
+    spec.save()
     report = run_pass()
     assert failed(report) == []
     row = Replica.objects.get(model_id=model.pk)
@@ -164,7 +172,9 @@ def test_adapter_config_error_is_handled_like_a_refusal(cluster: Cluster) -> Non
     assert launch.exclude == "node9"
     assert "excluded_nodes is not supported" in spec_of(model).last_provision_error
 
-    ManagedSpec.objects.filter(pk=model.pk).update(exclude="")
+    spec = spec_of(model)  # the operator clears the exclude list (a save, as API and admin do)
+    spec.exclude = ""
+    spec.save()
     assert failed(run_pass()) == []
     assert cluster.submits() == 1
     assert spec_of(model).last_provision_error == ""

@@ -1240,3 +1240,36 @@ def test_mass_vanish(
         assert reason is not None and "holding" in reason and "2 tracked" in reason
     else:
         assert reason is None
+
+
+# ---- rules added after review ---------------------------------------------------------
+
+
+def test_a_stale_probe_counter_does_not_restart_in_a_pass_that_did_not_probe() -> None:
+    """Fast passes do not probe serving replicas: a counter at the threshold must wait for a
+    full pass that probes (and misses) again, or it would restart one replica per second."""
+    r, j, e = served(1, "11", failures=KNOBS.restart_after_failures)
+    unprobed = plan(snap(replicas=[r], jobs=[j], endpoints=[e]))
+    assert not [a for a in unprobed if isinstance(a, Cancel)]
+    probed = plan(snap(replicas=[r], jobs=[j], endpoints=[e], probes={1: None}))
+    assert [a.reason for a in probed if isinstance(a, Cancel)] == [CancelReason.PROBE_FAILED]
+
+
+def test_a_draining_row_keeps_its_port_window_until_it_is_gone() -> None:
+    draining = rep(1, D, "11", port=8000)
+    actions = plan(snap(replicas=[draining], jobs=[job("11", 1)]))
+    assert [a for a in actions if isinstance(a, Submit)] == [sub(0, 8008)]
+
+
+def test_a_replica_requeued_onto_another_node_is_registered_there() -> None:
+    r, _, e = served(1, "11")
+    moved = job("11", 1, nodes=("gpu2",))
+    actions = plan(snap(replicas=[r], jobs=[moved], endpoints=[e], probes={1: 8000}))
+    promotes = [a for a in actions if isinstance(a, Promote)]
+    assert promotes == [promote(1, node="gpu2", endpoint=eid(1))]
+
+
+def test_submits_wait_while_a_refused_submit_backs_off() -> None:
+    held = plan(snap(specs=[spec(target=2, hold_submits=True)]))
+    assert not [a for a in held if isinstance(a, Submit)]
+    assert [a for a in plan(snap(specs=[spec(target=2)])) if isinstance(a, Submit)]

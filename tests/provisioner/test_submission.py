@@ -187,9 +187,10 @@ def test_learned_exclusions_merged_when_the_api_can_exclude(db: Any) -> None:
     # A pinned v0.0.40 client sends no request to name its adapter; the URL is never contacted.
     with SlurmClient("http://127.0.0.1:9", "obleth", "fake-slurm-token", "v0.0.40") as client:
         sub = _build(spec, client=client, excluded_nodes=("bad2", "n7"))
-    assert sub.excluded_nodes == "bad1,bad2,n7"
+    # one Slurm hostlist expression, as --exclude takes it
+    assert sub.excluded_nodes == "bad[1-2],n7"
     without_client = _build(spec, excluded_nodes=("n8",))
-    assert without_client.excluded_nodes == "bad1,bad2,n8"
+    assert without_client.excluded_nodes == "bad[1-2],n8"
 
 
 def test_other_fields_are_copied_and_stripped(db: Any) -> None:
