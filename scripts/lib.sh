@@ -29,17 +29,37 @@ ensure_venv() {
     fi
 }
 
-pg_up() { (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; }
-redis_up() { (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; }
+# Ready means answering queries, not only accepting connections (a starting PostgreSQL accepts
+# them and says "the database system is starting up"; a loading Redis answers LOADING).
+pg_up() {
+    if command -v pg_isready >/dev/null; then
+        pg_isready -h 127.0.0.1 -p 5432 -q
+    else
+        (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null
+    fi
+}
+redis_up() {
+    if command -v redis-cli >/dev/null; then
+        [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = "PONG" ]
+    else
+        (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null
+    fi
+}
+
+apt_install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 && return 0
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null
+}
 
 # Start PostgreSQL when it is not answering (this machine kind has it installed, not always running).
 ensure_postgres() {
     pg_up && return 0
     log "starting PostgreSQL"
     if ! command -v pg_ctlcluster >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null \
-            || die "PostgreSQL is not installed and apt-get install postgresql failed"
+        apt_install postgresql || die "PostgreSQL is not installed and apt-get install postgresql failed"
     fi
+    [ -d /etc/postgresql ] || die "no PostgreSQL cluster is configured (/etc/postgresql is missing)"
     local version
     version="$(ls /etc/postgresql | sort -V | tail -1)"
     pg_ctlcluster --skip-systemctl-redirect "$version" main start || die "pg_ctlcluster start failed"
@@ -51,8 +71,7 @@ ensure_redis() {
     redis_up && return 0
     log "starting Redis"
     if ! command -v redis-server >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null \
-            || die "Redis is not installed and apt-get install redis-server failed"
+        apt_install redis-server || die "Redis is not installed and apt-get install redis-server failed"
     fi
     mkdir -p /var/lib/redis /var/log/redis
     redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \

@@ -105,6 +105,9 @@ class EndpointInline(admin.TabularInline):
     readonly_fields = ("health", "replica_id")
     show_change_link = True
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Endpoint]:
+        return super().get_queryset(request).select_related("model")  # __str__ reads the model
+
     @admin.display(description="health")
     def health(self, obj: Endpoint) -> SafeString:
         return badge(obj.health_status)
@@ -222,14 +225,16 @@ class ModelAdmin(admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         extra = [
             path(
-                "<path:object_id>/dismiss-provision-error/",
+                "<uuid:object_id>/dismiss-provision-error/",
                 self.admin_site.admin_view(self.dismiss_provision_error_view),
                 name="core_model_dismiss_provision_error",
             )
         ]
         return extra + super().get_urls()
 
-    def dismiss_provision_error_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+    def dismiss_provision_error_view(
+        self, request: HttpRequest, object_id: uuid.UUID
+    ) -> HttpResponse:
         model = get_object_or_404(Model, pk=object_id)
         change_url = reverse("admin:core_model_change", args=[model.pk])
         if request.method != "POST" or not self.has_change_permission(request, model):

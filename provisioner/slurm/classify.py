@@ -326,13 +326,14 @@ def classify(
         )
     if ok_status:
         if result_key is None or isinstance(body.get(result_key), list | dict):
-            if result_key is not None and auth and not body.get(result_key):
+            if result_key is not None and (auth or transient) and not body.get(result_key):
+                # An empty list next to an auth or controller error is no answer at all.
                 return _uncertain(
                     status,
                     f"{operation}: {_errors_text(errors)}",
                     body=body,
                     errors=errors,
-                    auth=True,
+                    auth=auth,
                 )
             return Answer(kind=AnswerKind.OK, status=status, body=body, errors=errors)
         return _uncertain(

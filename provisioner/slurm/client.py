@@ -282,7 +282,11 @@ class SlurmClient:
                     else set(),
                     key=version_key,
                 )
-                known = [v for v in served if v in ADAPTERS]
+                # v0.0.39 (Slurm 23.02) has no OpenAPI document here and a derived adapter: it is
+                # used when pinned in the settings, never picked over a documented version.
+                known = [v for v in served if v in ADAPTERS and v != "v0.0.39"] or [
+                    v for v in served if v in ADAPTERS
+                ]
                 if known:
                     self._adapter = get_adapter(known[-1])
                     logger.info("slurmrestd at %s: using API %s", self.url, known[-1])

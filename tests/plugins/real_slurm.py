@@ -152,7 +152,7 @@ def get_job(
 ) -> dict[str, Any]:
     """GET ``/slurm/<version>/job/<id>`` and return the job record (raises when there is none)."""
     own = client is None
-    http = client or httpx.Client(timeout=30)
+    http = client or httpx.Client(timeout=30, trust_env=False)
     try:
         resp = http.get(real_slurm.api_url(f"job/{job_id}"), headers=real_slurm.headers())
     finally:
@@ -189,7 +189,7 @@ def wait_for_job_state(
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
     deadline = time.monotonic() + timeout
     last = "no answer yet"
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, trust_env=False) as client:
         while True:
             try:
                 job = get_job(real_slurm, job_id, client=client)
@@ -231,7 +231,7 @@ def submit_job(real_slurm: RealSlurm, script: str, **job: Any) -> int:
     on v0.0.38). Give ``current_working_directory``: the default is slurmrestd's cwd ``/``.
     """
     job.setdefault("environment", {"PATH": "/usr/local/bin:/usr/bin:/bin"})
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, trust_env=False) as client:
         resp = client.post(
             real_slurm.api_url("job/submit"),
             headers=real_slurm.headers(),

@@ -235,6 +235,9 @@ EXPECTED: dict[str, tuple[Operation, AnswerKind, bool, str]] = {
     "slurmdb_qos": (Operation.SLURMDB, AnswerKind.OK, False, ""),
 }
 AUTH_OVERRIDES = {("v0.0.38", "controller_down_job"): True}
+# v0.0.36 gives the same "unknown job" answer for a bad token or a stopped slurmctld as for a
+# missing job (seen on 22.05), so its job-not-found cannot be trusted: it stays uncertain.
+KIND_OVERRIDES = {("v0.0.36", "job_not_found"): AnswerKind.UNCERTAIN}
 SLURMDB_KEYS = {
     "slurmdb_associations": "associations",
     "slurmdb_accounts": "accounts",
@@ -277,6 +280,7 @@ def test_fixture_is_classified(path: Path) -> None:
     assert name in EXPECTED, f"add {name} to EXPECTED"
     operation, kind, auth, sentence = EXPECTED[name]
     auth = AUTH_OVERRIDES.get((version, name), auth)
+    kind = KIND_OVERRIDES.get((version, name), kind)
     record = docs.load_fixture(path)
     adapter = get_adapter(version)
     answer = adapter.classify(
@@ -409,6 +413,7 @@ def test_get_job_on_every_job_answer_never_reads_doubt_as_gone(path: Path) -> No
     job_id = record["request"]["path"].rsplit("/", 1)[1]
     _, kind, auth, _ = EXPECTED[name]
     auth = AUTH_OVERRIDES.get((version, name), auth)
+    kind = KIND_OVERRIDES.get((version, name), kind)
     with _client_for(record, version) as client:
         if kind is AnswerKind.NOT_FOUND:
             assert client.get_job(job_id) is None

@@ -16,4 +16,6 @@ from provisioner.slurm.adapters.v0_0_38 import V0038Adapter
 class V0036Adapter(V0038Adapter):
     version: ClassVar[str] = "v0.0.36"
     stdout_key: ClassVar[str] = "standard_out"
-    not_found_texts: ClassVar[tuple[str, ...]] = ("invalid job id", "_handle_job_get: unknown job")
+    # v0.0.36 answers "_handle_job_get: unknown job N" (error_code 0) for ANY failed lookup, a bad
+    # token or a stopped slurmctld included (seen on 22.05): that text cannot mean "gone".
+    not_found_texts: ClassVar[tuple[str, ...]] = ("invalid job id",)
