@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -204,7 +205,11 @@ def forward(route: RouteModel, path: str, body: dict[str, Any]) -> HttpResponseB
         )
         try:
             upstream = client.send(request, stream=True)
-        except (httpx.ReadTimeout, httpx.WriteTimeout):
+        except httpx.WriteTimeout:
+            # The request never got through: nothing was processed, the next endpoint may take it.
+            log.warning("gateway: endpoint %s of %s took no request", endpoint.id, route.name)
+            continue
+        except httpx.ReadTimeout:
             log.warning("gateway: endpoint %s of %s timed out", endpoint.id, route.name)
             return _timeout_response(route)
         except httpx.TransportError as exc:
@@ -250,6 +255,8 @@ def forward(route: RouteModel, path: str, body: dict[str, Any]) -> HttpResponseB
         headers = _passed_headers(upstream)
         if upstream.is_success and "json" in headers.get("content-type", ""):
             data = rewrite_json_body(data, route.name)
+        elif not upstream.is_success:
+            data = scrub_upstream_address(data, endpoint.base)
         response_plain = HttpResponse(data, status=upstream.status_code)
         if "content-type" not in headers:
             del response_plain["Content-Type"]
@@ -263,6 +270,16 @@ def forward(route: RouteModel, path: str, body: dict[str, Any]) -> HttpResponseB
         kind="server_error",
         code="upstream_unreachable",
     )
+
+
+def scrub_upstream_address(data: bytes, base: str) -> bytes:
+    """An engine's error page or traceback may name its own address; clients must not learn
+    which node answered."""
+    parts = urllib.parse.urlsplit(base)
+    for needle in {parts.netloc, parts.hostname or ""}:
+        if needle:
+            data = data.replace(needle.encode(), b"upstream")
+    return data
 
 
 def _timeout_response(route: RouteModel) -> HttpResponse:

@@ -414,3 +414,11 @@ def test_upstream_is_closed_when_the_client_goes_away(live_server: Any, recorder
         first = next(response.iter_raw())
         assert b'data: {"n": 1}' in first
     assert recorder.client_gone.wait(30)
+
+
+def test_error_bodies_do_not_name_the_node() -> None:
+    from obleth.gateway.proxy import scrub_upstream_address
+
+    body = b'{"error": "Traceback ... connect 10.1.2.3:8000 refused on node 10.1.2.3"}'
+    scrubbed = scrub_upstream_address(body, "http://10.1.2.3:8000/v1")
+    assert b"10.1.2.3" not in scrubbed and b"upstream" in scrubbed
