@@ -39,6 +39,11 @@ CRYPTOGRAPHY_KEY = OBLETH_ENCRYPTION_KEY
 CRYPTOGRAPHY_SALT = "obleth-secrets-at-rest"
 
 OBLETH_ADMIN_TOKEN = env_str("OBLETH_ADMIN_TOKEN")
+if OBLETH_ADMIN_TOKEN and len(OBLETH_ADMIN_TOKEN) < 16:
+    raise ImproperlyConfigured(
+        "OBLETH_ADMIN_TOKEN is shorter than 16 characters: it grants full API access. Use a long "
+        "random value (python -c 'import secrets; print(secrets.token_urlsafe(32))')."
+    )
 
 ALLOWED_HOSTS = env_list("OBLETH_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if not DEBUG else "*")
 CSRF_TRUSTED_ORIGINS = env_list("OBLETH_CSRF_TRUSTED_ORIGINS")

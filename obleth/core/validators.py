@@ -49,15 +49,19 @@ def validate_node_addresses(value: object) -> None:
         return
     if not isinstance(value, dict):
         raise ValidationError("Give node address overrides as a mapping of hostname to IP address.")
+    problems: list[str] = []  # every bad entry is named, not only the first
     for host, address in value.items():
         if not isinstance(host, str) or not HOSTNAME_RE.match(host.strip()):
-            raise ValidationError(f"{host!r} is not a node hostname.")
-        if not isinstance(address, str):
-            raise ValidationError(f"The address of {host} must be an IP address string.")
-        try:
-            validate_ip_literal(address)
-        except ValidationError as exc:
-            raise ValidationError(f"{host}: {exc.messages[0]}") from None
+            problems.append(f"{host!r} is not a node hostname.")
+        elif not isinstance(address, str):
+            problems.append(f"The address of {host} must be an IP address string.")
+        else:
+            try:
+                validate_ip_literal(address)
+            except ValidationError as exc:
+                problems.append(f"{host}: {exc.messages[0]}")
+    if problems:
+        raise ValidationError(problems)
 
 
 def validate_http_url(value: str) -> None:
