@@ -47,6 +47,13 @@ if OBLETH_ADMIN_TOKEN and len(OBLETH_ADMIN_TOKEN) < 16:
 
 ALLOWED_HOSTS = env_list("OBLETH_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if not DEBUG else "*")
 CSRF_TRUSTED_ORIGINS = env_list("OBLETH_CSRF_TRUSTED_ORIGINS")
+# Behind TLS: session and CSRF cookies only over HTTPS (a staff session has full API rights).
+# Off by default so a plain-HTTP instance (scripts/run, a lab) can log in.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("OBLETH_SECURE_COOKIES", False)
+SESSION_COOKIE_HTTPONLY = True
+# Set when a TLS-terminating proxy in front sends X-Forwarded-Proto (and strips it from clients).
+if env_bool("OBLETH_TRUST_X_FORWARDED_PROTO", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
