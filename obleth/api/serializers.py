@@ -426,15 +426,6 @@ class RecipeSerializer(serializers.ModelSerializer[Recipe]):
             taken="A recipe named {name!r} already exists: pick another name or edit that one.",
         )
 
-    def validate_body(self, value: str) -> str:
-        from obleth.core.recipes import RecipeError, parse_recipe
-
-        try:
-            parse_recipe(value)
-        except RecipeError as exc:
-            raise serializers.ValidationError(str(exc)) from None
-        return value
-
 
 class LibraryRecipeSerializer(serializers.Serializer[Any]):
     slug = serializers.CharField(help_text="The file name without .recipe.")

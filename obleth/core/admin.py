@@ -56,6 +56,18 @@ PLACEMENT_FIELDS = (
     "constraints",
     "exclude",
 )
+# ... and how it is launched.
+SERVICE_FIELDS = (
+    "serving_port",
+    "health_path",
+    "image",
+    "preamble",
+    "launch_command",
+    "script_body",
+    "log_output_dir",
+    "recipe",
+    "launcher_spec",
+)
 
 
 def badge(value: str, label: str | None = None) -> SafeString:
@@ -123,22 +135,7 @@ class ManagedSpecInline(admin.StackedInline):
     fieldsets = (
         (None, {"fields": ("enabled", "target_replicas", "min_replicas", "max_job_failures")}),
         ("Placement", {"fields": PLACEMENT_FIELDS}),
-        (
-            "Service",
-            {
-                "fields": (
-                    "serving_port",
-                    "health_path",
-                    "image",
-                    "preamble",
-                    "launch_command",
-                    "script_body",
-                    "log_output_dir",
-                    "recipe",
-                    "launcher_spec",
-                )
-            },
-        ),
+        ("Service", {"fields": SERVICE_FIELDS}),
         ("Last refused launch", {"fields": ("last_provision_error", "last_provision_error_at")}),
     )
 
@@ -411,25 +408,20 @@ class ManagedSpecAdmin(admin.ModelAdmin):
     )
     actions = ("dismiss_provision_errors",)
     fieldsets = (
-        (None, {"fields": ("model", "enabled", "target_replicas", "min_replicas")}),
-        ("Placement", {"fields": PLACEMENT_FIELDS}),
         (
-            "Service",
+            None,
             {
                 "fields": (
-                    "serving_port",
-                    "health_path",
-                    "image",
-                    "preamble",
-                    "launch_command",
-                    "script_body",
-                    "log_output_dir",
+                    "model",
+                    "enabled",
+                    "target_replicas",
+                    "min_replicas",
                     "max_job_failures",
-                    "recipe",
-                    "launcher_spec",
                 )
             },
         ),
+        ("Placement", {"fields": PLACEMENT_FIELDS}),
+        ("Service", {"fields": SERVICE_FIELDS}),
         (
             "Last refused launch",
             {"fields": ("last_provision_error", "last_provision_error_at")},
@@ -588,16 +580,6 @@ class RecipeAdminForm(forms.ModelForm):
         widgets = {
             "body": forms.Textarea(attrs={"rows": 30, "cols": 100, "class": "vLargeTextField"})
         }
-
-    def clean_body(self) -> str:
-        from obleth.core.recipes import RecipeError, parse_recipe
-
-        body = str(self.cleaned_data.get("body") or "")
-        try:
-            parse_recipe(body)
-        except RecipeError as exc:
-            raise ValidationError(str(exc)) from None
-        return body
 
 
 @admin.register(Recipe)

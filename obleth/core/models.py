@@ -65,12 +65,7 @@ class Model(TimestampedModel):
         return self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        if not self._state.adding:
-            stored = Model.objects.filter(pk=self.pk).values_list("hosting_mode", flat=True).first()
-            if stored is not None and stored != self.hosting_mode:
-                raise ValidationError(
-                    {"hosting_mode": f"The hosting mode is fixed at creation (it is {stored!r})."}
-                )
+        self.check_hosting_mode_unchanged()
         super().save(*args, **kwargs)
 
     @property
@@ -79,17 +74,22 @@ class Model(TimestampedModel):
 
     def clean(self) -> None:
         super().clean()
-        if not self._state.adding:
-            stored = Model.objects.filter(pk=self.pk).values_list("hosting_mode", flat=True).first()
-            if stored is not None and stored != self.hosting_mode:
-                raise ValidationError(
-                    {
-                        "hosting_mode": (
-                            f"The hosting mode is fixed at creation (this model is {stored!r}). "
-                            "Create a new model to host it another way."
-                        )
-                    }
-                )
+        self.check_hosting_mode_unchanged()
+
+    def check_hosting_mode_unchanged(self) -> None:
+        """The one place the rule lives: forms, the API and plain saves all end up here."""
+        if self._state.adding:
+            return
+        stored = Model.objects.filter(pk=self.pk).values_list("hosting_mode", flat=True).first()
+        if stored is not None and stored != self.hosting_mode:
+            raise ValidationError(
+                {
+                    "hosting_mode": (
+                        f"The hosting mode is fixed at creation (this model is {stored!r}). "
+                        "Create a new model to host it another way."
+                    )
+                }
+            )
 
 
 class Endpoint(TimestampedModel):
@@ -205,7 +205,10 @@ class Recipe(TimestampedModel):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(max_length=200, unique=True)
-    body = models.TextField(help_text="---\\n<YAML header>\\n---\\n<batch script>")
+    body = models.TextField(
+        help_text="---\\n<YAML header>\\n---\\n<batch script>",
+        validators=[v.validate_recipe_body],
+    )
     author = models.CharField(max_length=200, blank=True)
 
     class Meta:

@@ -150,3 +150,13 @@ def validate_health_path(value: str) -> None:
         raise ValidationError("The health path must start with '/', e.g. /health or /api/tags.")
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value):
         raise ValidationError("The health path cannot hold spaces or control characters.")
+
+
+def validate_recipe_body(value: str) -> None:
+    """A recipe document parses (header fields, fences, script), or the error names the field."""
+    from obleth.core.recipes import RecipeError, parse_recipe
+
+    try:
+        parse_recipe(value)
+    except RecipeError as exc:
+        raise ValidationError(str(exc)) from None
