@@ -203,6 +203,12 @@ OBLETH_GATEWAY_API_KEYS = env_list("OBLETH_GATEWAY_API_KEYS")
 # routable in every process within this time.
 OBLETH_GATEWAY_ROUTE_CACHE_MS = env_int("OBLETH_GATEWAY_ROUTE_CACHE_MS", 500, minimum=0)
 
+# Failed authentications (admin login, API tokens, gateway keys), per client address and account:
+# this many failures within the window block that address or account for the lockout time.
+OBLETH_AUTH_MAX_FAILURES = env_int("OBLETH_AUTH_MAX_FAILURES", 10, minimum=0)
+OBLETH_AUTH_FAILURE_WINDOW_SECS = env_int("OBLETH_AUTH_FAILURE_WINDOW_SECS", 300, minimum=1)
+OBLETH_AUTH_LOCKOUT_SECS = env_int("OBLETH_AUTH_LOCKOUT_SECS", 300, minimum=1)
+
 # Alerts: always logged; e-mail and a Slack-compatible webhook when configured.
 OBLETH_ALERT_EMAIL_TO = env_list("OBLETH_ALERT_EMAIL_TO")
 OBLETH_ALERT_WEBHOOK_URL = env_str("OBLETH_ALERT_WEBHOOK_URL")

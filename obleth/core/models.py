@@ -439,3 +439,26 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class AuthFailureWindow(models.Model):
+    """Failed authentications counted per scope and key (a client address or an account).
+
+    Shared by every process through the database, so gunicorn workers, the gateway and the admin
+    see the same counts. Rows are small and few: one per address or account that failed lately.
+    """
+
+    scope = models.CharField(max_length=32)
+    key = models.CharField(max_length=300)
+    failures = models.PositiveIntegerField(default=0)
+    window_started_at = models.DateTimeField()
+    blocked_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key"], name="auth_failure_scope_key"),
+        ]
+        verbose_name = "authentication failure window"
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.key}: {self.failures}"
