@@ -203,6 +203,35 @@ OBLETH_GATEWAY_API_KEYS = env_list("OBLETH_GATEWAY_API_KEYS")
 # routable in every process within this time.
 OBLETH_GATEWAY_ROUTE_CACHE_MS = env_int("OBLETH_GATEWAY_ROUTE_CACHE_MS", 500, minimum=0)
 
+# The /v1 gateway service (python -m obleth.gateway.serve): its own process, no database on a
+# request. Timeouts in seconds; a request that got no first byte within the TTFB timeout moves to
+# the next endpoint while nothing has reached the client.
+OBLETH_GATEWAY_BIND = env_str("OBLETH_GATEWAY_BIND", "127.0.0.1:8001")
+OBLETH_GATEWAY_WORKERS = env_int("OBLETH_GATEWAY_WORKERS", 1, minimum=1)
+OBLETH_GATEWAY_RELOAD_SECS = env_int("OBLETH_GATEWAY_RELOAD_SECS", 5, minimum=1)
+OBLETH_GATEWAY_CONNECT_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_CONNECT_TIMEOUT_SECS", 5, minimum=1)
+OBLETH_GATEWAY_TTFB_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_TTFB_TIMEOUT_SECS", 120, minimum=1)
+OBLETH_GATEWAY_STREAM_IDLE_TIMEOUT_SECS = env_int(
+    "OBLETH_GATEWAY_STREAM_IDLE_TIMEOUT_SECS", 120, minimum=1
+)
+OBLETH_GATEWAY_HEADER_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_HEADER_TIMEOUT_SECS", 10, minimum=1)
+OBLETH_GATEWAY_BODY_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_BODY_TIMEOUT_SECS", 30, minimum=1)
+OBLETH_GATEWAY_KEEPALIVE_SECS = env_int("OBLETH_GATEWAY_KEEPALIVE_SECS", 75, minimum=1)
+OBLETH_GATEWAY_MAX_BODY_BYTES = env_int("OBLETH_GATEWAY_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1)
+OBLETH_GATEWAY_MAX_JSON_CONTAINERS = env_int(
+    "OBLETH_GATEWAY_MAX_JSON_CONTAINERS", 100_000, minimum=1
+)
+OBLETH_GATEWAY_MAX_TRIES = env_int("OBLETH_GATEWAY_MAX_TRIES", 3, minimum=1)
+OBLETH_GATEWAY_COOLDOWN_AFTER = env_int("OBLETH_GATEWAY_COOLDOWN_AFTER", 3, minimum=0)
+OBLETH_GATEWAY_COOLDOWN_SECS = env_int("OBLETH_GATEWAY_COOLDOWN_SECS", 30, minimum=1)
+OBLETH_GATEWAY_ENDPOINT_MAX_CONCURRENCY = env_int(
+    "OBLETH_GATEWAY_ENDPOINT_MAX_CONCURRENCY", 0, minimum=0
+)
+OBLETH_GATEWAY_QUEUE_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_QUEUE_TIMEOUT_SECS", 30, minimum=0)
+OBLETH_GATEWAY_AFFINITY_HEADER = env_str("OBLETH_GATEWAY_AFFINITY_HEADER")
+OBLETH_GATEWAY_SHUTDOWN_GRACE_SECS = env_int("OBLETH_GATEWAY_SHUTDOWN_GRACE_SECS", 30, minimum=0)
+OBLETH_GATEWAY_ACCESS_LOG = env_bool("OBLETH_GATEWAY_ACCESS_LOG", False)
+
 # Failed authentications (admin login, API tokens, gateway keys), per client address and account:
 # this many failures within the window block that address or account for the lockout time.
 OBLETH_AUTH_MAX_FAILURES = env_int("OBLETH_AUTH_MAX_FAILURES", 10, minimum=0)

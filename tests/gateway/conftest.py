@@ -260,3 +260,7 @@ def recorder(recorder_factory: Callable[[], Recorder]) -> Recorder:
 def closed_port_base() -> str:
     """An api_base nobody listens on (connection refused)."""
     return f"http://127.0.0.1:{free_port()}/v1"
+
+
+# The gateway service as a process of its own (tests/gateway/test_service.py).
+from tests.gateway.service_fixtures import gateway_factory, hung_upstream  # noqa: E402, F401

@@ -1,0 +1,132 @@
+"""Run the /v1 gateway service: ``python -m obleth.gateway.serve [--bind HOST:PORT] [--workers N]``.
+
+uvicorn with uvloop and httptools, one event loop per worker process. On SIGTERM uvicorn stops
+accepting, lets requests and streams in flight finish for up to
+``OBLETH_GATEWAY_SHUTDOWN_GRACE_SECS``, then closes what is left.
+
+A client must send its request head within ``OBLETH_GATEWAY_HEADER_TIMEOUT_SECS`` of connecting
+(or of the previous answer on a kept-alive connection), else the connection is closed:
+:class:`HeaderTimeoutProtocol` adds that timer to uvicorn's httptools protocol, which has none.
+Slow-loris connections then cost a socket for a few seconds, not a worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class HeaderTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, plus: the request head must arrive in time."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+        from django.conf import settings
+
+        self.header_timeout = float(settings.OBLETH_GATEWAY_HEADER_TIMEOUT_SECS)
+
+    def _arm(self) -> None:
+        self._disarm()
+        if self.header_timeout > 0:
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_too_slow)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_timer is None:
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # The next request head on this kept-alive connection starts uvicorn's keep-alive timer;
+        # once bytes arrive, on_message_begin arms ours.
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+def create_app() -> Any:
+    """The uvicorn factory: Django is set up once per worker process, then the service made."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "obleth.settings")
+    django.setup()
+    from obleth.gateway.service import GatewayService
+
+    return GatewayService()
+
+
+def _split_bind(bind: str) -> tuple[str, int]:
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit(f"--bind must be HOST:PORT, got {bind!r}")
+    return host.strip("[]"), int(port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="obleth's /v1 gateway service")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "obleth.settings")
+    from django.conf import settings
+
+    parser.add_argument("--bind", default=settings.OBLETH_GATEWAY_BIND)
+    parser.add_argument("--workers", type=int, default=settings.OBLETH_GATEWAY_WORKERS)
+    args = parser.parse_args(argv)
+    host, port = _split_bind(args.bind)
+    workers = max(1, args.workers)
+    metrics_dir = None
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        metrics_dir = tempfile.mkdtemp(prefix="obleth-gateway-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+
+    import uvicorn
+
+    try:
+        uvicorn.run(
+            "obleth.gateway.serve:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            loop="uvloop",
+            http=HeaderTimeoutProtocol,
+            lifespan="on",
+            access_log=False,
+            timeout_keep_alive=settings.OBLETH_GATEWAY_KEEPALIVE_SECS,
+            timeout_graceful_shutdown=settings.OBLETH_GATEWAY_SHUTDOWN_GRACE_SECS,
+            backlog=4096,
+            log_level="warning",
+        )
+    finally:
+        if metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

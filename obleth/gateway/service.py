@@ -1,0 +1,796 @@
+"""The /v1 data plane as its own ASGI service (run by ``python -m obleth.gateway.serve``).
+
+One event loop per worker process relays thousands of concurrent requests and streams; a
+request holds a coroutine, not a thread, so a replica that accepts and never answers costs only
+the requests routed to it. Nothing here touches the database on a request: the routing table is
+held in memory (:mod:`obleth.gateway.table`).
+
+Routes: ``GET /v1/models``, ``GET /v1/models/{name}``, ``POST /v1/chat/completions``,
+``/v1/completions``, ``/v1/embeddings``; ``GET /healthz`` (the gateway process, no database) and
+``GET /metrics`` (Prometheus).
+
+A request's life:
+1. headers read within ``OBLETH_GATEWAY_HEADER_TIMEOUT_SECS`` (in the HTTP protocol, see
+   :mod:`obleth.gateway.serve`), then authenticated;
+2. a ``Content-Length`` over ``OBLETH_GATEWAY_MAX_BODY_BYTES`` is refused with 413 before a byte
+   of the body is read; the body must arrive within ``OBLETH_GATEWAY_BODY_TIMEOUT_SECS`` and stay
+   under the limit; JSON with more than ``OBLETH_GATEWAY_MAX_JSON_CONTAINERS`` objects/arrays is
+   refused before it is parsed;
+3. endpoints in balancer order (least outstanding requests within the best priority tier); a
+   connection error, a 5xx, or no answer within ``OBLETH_GATEWAY_TTFB_TIMEOUT_SECS`` moves the
+   request to the next endpoint while nothing has reached the client yet, at most
+   ``OBLETH_GATEWAY_MAX_TRIES`` endpoints; such failures put an endpoint in passive cooldown
+   after ``OBLETH_GATEWAY_COOLDOWN_AFTER`` in a row;
+4. streams are relayed chunk by chunk as they come; a stream silent for
+   ``OBLETH_GATEWAY_STREAM_IDLE_TIMEOUT_SECS`` ends with an error event; a client that goes
+   away closes the upstream request at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.http import HttpResponse
+
+from obleth.gateway import metrics
+from obleth.gateway.auth import client_keys
+from obleth.gateway.balancer import Balancer
+from obleth.gateway.proxy import (
+    _passed_headers,
+    no_replica_response,
+    openai_error,
+    rewrite_json_body,
+    rewrite_sse_line,
+    scrub_upstream_address,
+)
+from obleth.gateway.routing import RouteEndpoint, RouteModel, RouteTable
+from obleth.gateway.table import LiveTable
+from obleth.logging import register_secret
+
+log = logging.getLogger("obleth.gateway.service")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+INFERENCE_PATHS = {
+    "/v1/chat/completions": "/chat/completions",
+    "/v1/completions": "/completions",
+    "/v1/embeddings": "/embeddings",
+}
+OFFLOAD_PARSE_BYTES = 256 * 1024  # bigger bodies are parsed in a thread, off the event loop
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """The gateway's limits and timeouts (from ``OBLETH_GATEWAY_*`` settings)."""
+
+    connect_timeout: float = 5.0
+    ttfb_timeout: float = 120.0
+    read_timeout: float = 600.0
+    stream_idle_timeout: float = 120.0
+    body_timeout: float = 30.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_json_containers: int = 100_000
+    max_tries: int = 3
+    cooldown_after: int = 3
+    cooldown_secs: float = 30.0
+    endpoint_max_concurrency: int = 0
+    queue_timeout: float = 30.0
+    affinity_header: str = ""
+    access_log: bool = False
+
+    @classmethod
+    def from_settings(cls) -> GatewayConfig:
+        s = settings
+        return cls(
+            connect_timeout=float(getattr(s, "OBLETH_GATEWAY_CONNECT_TIMEOUT_SECS", 5)),
+            ttfb_timeout=float(getattr(s, "OBLETH_GATEWAY_TTFB_TIMEOUT_SECS", 120)),
+            read_timeout=float(getattr(s, "OBLETH_GATEWAY_TIMEOUT_SECS", 600)),
+            stream_idle_timeout=float(getattr(s, "OBLETH_GATEWAY_STREAM_IDLE_TIMEOUT_SECS", 120)),
+            body_timeout=float(getattr(s, "OBLETH_GATEWAY_BODY_TIMEOUT_SECS", 30)),
+            max_body_bytes=int(getattr(s, "OBLETH_GATEWAY_MAX_BODY_BYTES", 8 * 1024 * 1024)),
+            max_json_containers=int(getattr(s, "OBLETH_GATEWAY_MAX_JSON_CONTAINERS", 100_000)),
+            max_tries=max(1, int(getattr(s, "OBLETH_GATEWAY_MAX_TRIES", 3))),
+            cooldown_after=int(getattr(s, "OBLETH_GATEWAY_COOLDOWN_AFTER", 3)),
+            cooldown_secs=float(getattr(s, "OBLETH_GATEWAY_COOLDOWN_SECS", 30)),
+            endpoint_max_concurrency=int(getattr(s, "OBLETH_GATEWAY_ENDPOINT_MAX_CONCURRENCY", 0)),
+            queue_timeout=float(getattr(s, "OBLETH_GATEWAY_QUEUE_TIMEOUT_SECS", 30)),
+            affinity_header=str(getattr(s, "OBLETH_GATEWAY_AFFINITY_HEADER", "") or "").lower(),
+            access_log=bool(getattr(s, "OBLETH_GATEWAY_ACCESS_LOG", False)),
+        )
+
+
+class _Answer(Exception):
+    """A finished answer to send instead of relaying (raised from deep inside a request)."""
+
+    def __init__(self, response: HttpResponse) -> None:
+        self.response = response
+
+
+@dataclass
+class _Outcome:
+    status: int = 0
+    endpoint: str = ""
+    reason: str = ""
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return ""
+
+
+async def send_django(send: Send, response: HttpResponse, request_id: str) -> None:
+    """Send a finished Django response (the OpenAI error bodies are built in one place)."""
+    headers = [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in response.items()]
+    headers.append((b"x-request-id", request_id.encode("latin-1")))
+    body = bytes(response.content)
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _count_usage(model: str, payload: Any) -> None:
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    if not isinstance(usage, dict):
+        return
+    for kind in ("prompt", "completion"):
+        value = usage.get(f"{kind}_tokens")
+        if isinstance(value, int) and value > 0:
+            metrics.TOKENS.labels(model, kind).inc(value)
+
+
+class GatewayService:
+    """The ASGI application. One instance per worker process."""
+
+    def __init__(
+        self,
+        table: LiveTable | None = None,
+        config: GatewayConfig | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.config = config or GatewayConfig.from_settings()
+        self.table = table or LiveTable()
+        self.balancer = Balancer(
+            cooldown_after=self.config.cooldown_after,
+            cooldown_secs=self.config.cooldown_secs,
+            max_concurrency=self.config.endpoint_max_concurrency,
+        )
+        self._client = client
+        self._slot_freed = asyncio.Condition()
+        self._refresher: asyncio.Task[None] | None = None
+        self.in_flight = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(
+                    self.config.read_timeout,
+                    connect=self.config.connect_timeout,
+                    pool=self.config.connect_timeout,
+                ),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+                follow_redirects=False,
+                trust_env=False,
+                headers={"User-Agent": "obleth-gateway"},
+            )
+        return self._client
+
+    async def startup(self) -> None:
+        await self.table.reload()
+        self._refresher = asyncio.create_task(self.table.run())
+
+    async def shutdown(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refresher
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        request_id = _header(scope, b"x-request-id")[:100] or uuid.uuid4().hex
+        started = time.monotonic()
+        outcome = _Outcome()
+        try:
+            await self._route(scope, receive, send, request_id, outcome)
+        except _Answer as answer:
+            outcome.status = answer.response.status_code
+            await send_django(send, answer.response, request_id)
+        finally:
+            self._log(scope, outcome, time.monotonic() - started, request_id)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:  # a broken start must say why, not hang
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _log(self, scope: Scope, outcome: _Outcome, secs: float, request_id: str) -> None:
+        # The path only: a query string may carry a secret a client put there.
+        path = scope.get("path", "")
+        if outcome.status >= 500 or outcome.status in (401, 403, 404, 413, 429) or outcome.reason:
+            log.info(
+                "gateway: %s %s -> %s in %.0f ms%s (request %s)",
+                scope.get("method"),
+                path,
+                outcome.status,
+                secs * 1000,
+                f": {outcome.reason}" if outcome.reason else "",
+                request_id,
+            )
+        elif self.config.access_log:
+            log.info(
+                "gateway: %s %s -> %s in %.0f ms (request %s)",
+                scope.get("method"),
+                path,
+                outcome.status,
+                secs * 1000,
+                request_id,
+            )
+
+    # ------------------------------------------------------------------ routing
+
+    async def _route(
+        self, scope: Scope, receive: Receive, send: Send, request_id: str, outcome: _Outcome
+    ) -> None:
+        path: str = scope.get("path", "")
+        method: str = scope.get("method", "GET")
+        if path == "/healthz":
+            await self._healthz(send, request_id, outcome)
+            return
+        if path == "/metrics":
+            page, content_type = metrics.render()
+            outcome.status = 200
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", content_type.encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": page})
+            return
+        if not path.startswith("/v1/") and path != "/v1":
+            raise _Answer(openai_error(404, f"No route {path}; the gateway serves /v1/."))
+        self._authenticate(scope)
+        table = self._table()
+        if path == "/v1/models" or path.startswith("/v1/models/"):
+            if method not in ("GET", "HEAD"):
+                raise _Answer(_method_not_allowed("GET"))
+            await self._models(path, table, send, request_id, outcome)
+            return
+        upstream_path = INFERENCE_PATHS.get(path)
+        if upstream_path is None:
+            raise _Answer(openai_error(404, f"No route {path}.", code="unknown_route"))
+        if method != "POST":
+            raise _Answer(_method_not_allowed("POST"))
+        body = await self._read_json(scope, receive)
+        name = body.get("model")
+        if not isinstance(name, str) or not name:
+            raise _Answer(
+                openai_error(
+                    400,
+                    "'model' is required: give the name of a model from GET /v1/models.",
+                    param="model",
+                )
+            )
+        route = table.get(name)
+        if route is None:
+            raise _Answer(_not_found(name))
+        await self._forward(scope, receive, send, route, upstream_path, body, request_id, outcome)
+
+    def _table(self) -> RouteTable:
+        table = self.table.table
+        if table is None:
+            raise _Answer(
+                openai_error(
+                    503,
+                    "The gateway has not loaded its routing table yet (database unreachable?).",
+                    kind="service_unavailable",
+                    code="gateway_starting",
+                    headers={"Retry-After": "5"},
+                )
+            )
+        return table
+
+    def _authenticate(self, scope: Scope) -> None:
+        keys = client_keys()
+        if not keys:
+            return
+        header = _header(scope, b"authorization")
+        scheme, _, supplied = header.partition(" ")
+        supplied = supplied.strip()
+        ok = False
+        if scheme.lower() == "bearer" and supplied:
+            import hmac
+
+            for key in keys:
+                ok |= hmac.compare_digest(supplied.encode(), key.encode())
+        if not ok:
+            raise _Answer(
+                openai_error(
+                    401,
+                    "Send 'Authorization: Bearer <key>' with one of the gateway's API keys.",
+                    code="invalid_api_key",
+                    headers={"WWW-Authenticate": 'Bearer realm="obleth"'},
+                )
+            )
+
+    async def _healthz(self, send: Send, request_id: str, outcome: _Outcome) -> None:
+        age = self.table.age_secs
+        ok = age is not None
+        payload = {
+            "status": "ok" if ok else "starting",
+            "routing_table_age_secs": None if age is None else round(age, 1),
+            "models": 0 if self.table.table is None else len(self.table.table.models),
+            "reloads": self.table.reloads,
+            "in_flight": self.in_flight,
+        }
+        outcome.status = 200 if ok else 503
+        await send_django(
+            send,
+            HttpResponse(
+                json.dumps(payload), status=outcome.status, content_type="application/json"
+            ),
+            request_id,
+        )
+
+    async def _models(
+        self, path: str, table: RouteTable, send: Send, request_id: str, outcome: _Outcome
+    ) -> None:
+        if path == "/v1/models":
+            payload: dict[str, Any] = {
+                "object": "list",
+                "data": [_model_entry(route) for route in table.listed()],
+            }
+        else:
+            name = path[len("/v1/models/") :]
+            route = table.get(name)
+            if route is None:
+                raise _Answer(_not_found(name))
+            payload = _model_entry(route)
+        outcome.status = 200
+        await send_django(
+            send, HttpResponse(json.dumps(payload), content_type="application/json"), request_id
+        )
+
+    # ------------------------------------------------------------------ request body
+
+    async def _read_json(self, scope: Scope, receive: Receive) -> dict[str, Any]:
+        limit = self.config.max_body_bytes
+        declared = _header(scope, b"content-length")
+        if declared:
+            try:
+                size = int(declared)
+            except ValueError:
+                raise _Answer(openai_error(400, "Content-Length is not a number.")) from None
+            if size > limit:
+                raise _Answer(_too_large(limit))
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            async with asyncio.timeout(self.config.body_timeout):
+                more = True
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise _Answer(openai_error(400, "The client went away."))
+                    chunk = message.get("body", b"")
+                    total += len(chunk)
+                    if total > limit:
+                        raise _Answer(_too_large(limit))
+                    chunks.append(chunk)
+                    more = bool(message.get("more_body"))
+        except TimeoutError:
+            raise _Answer(
+                openai_error(
+                    408,
+                    f"The request body did not arrive within {self.config.body_timeout:.0f} s.",
+                    code="body_timeout",
+                )
+            ) from None
+        raw = b"".join(chunks)
+        containers = raw.count(b"{") + raw.count(b"[")
+        if containers > self.config.max_json_containers:
+            raise _Answer(
+                openai_error(
+                    413,
+                    f"The request body has more than {self.config.max_json_containers} JSON "
+                    "objects and arrays (OBLETH_GATEWAY_MAX_JSON_CONTAINERS).",
+                    code="body_too_complex",
+                )
+            )
+        try:
+            if len(raw) > OFFLOAD_PARSE_BYTES:
+                body = await asyncio.to_thread(json.loads, raw)
+            else:
+                body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise _Answer(
+                openai_error(400, "The request body is not valid JSON; send a JSON object.")
+            ) from None
+        if not isinstance(body, dict):
+            raise _Answer(openai_error(400, "The request body must be a JSON object."))
+        return body
+
+    # ------------------------------------------------------------------ relay
+
+    async def _wait_for_room(self, route: RouteModel) -> None:
+        if self.balancer.max_concurrency <= 0:
+            return
+        ids = [ep.id for ep in route.endpoints]
+
+        def room() -> bool:
+            return any(self.balancer.has_room(eid) for eid in ids)
+
+        try:
+            async with asyncio.timeout(self.config.queue_timeout):
+                async with self._slot_freed:
+                    await self._slot_freed.wait_for(room)
+        except TimeoutError:
+            raise _Answer(
+                openai_error(
+                    429,
+                    f"Every replica of model '{route.name}' is at its limit of "
+                    f"{self.balancer.max_concurrency} requests; retry shortly.",
+                    kind="rate_limit_error",
+                    code="replicas_busy",
+                    headers={"Retry-After": "1"},
+                )
+            ) from None
+
+    async def _release(self, endpoint_id: str, model: str) -> None:
+        self.balancer.finished(endpoint_id)
+        metrics.IN_FLIGHT.labels(model, endpoint_id).dec()
+        if self.balancer.max_concurrency > 0:
+            async with self._slot_freed:
+                self._slot_freed.notify(1)
+
+    def _failed(self, route: RouteModel, ep: RouteEndpoint, kind: str, detail: str) -> None:
+        metrics.UPSTREAM_ERRORS.labels(route.name, ep.id, kind).inc()
+        if self.balancer.failed(ep.id, detail):
+            metrics.COOLDOWNS.labels(route.name, ep.id).inc()
+            log.warning(
+                "gateway: endpoint %s of %s cooled down for %.0f s: %s",
+                ep.id,
+                route.name,
+                self.config.cooldown_secs,
+                detail,
+            )
+
+    async def _forward(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        route: RouteModel,
+        path: str,
+        body: dict[str, Any],
+        request_id: str,
+        outcome: _Outcome,
+    ) -> None:
+        started = time.monotonic()
+        affinity = _header(scope, self.config.affinity_header.encode()) or None
+        if not self.config.affinity_header:
+            affinity = None
+        await self._wait_for_room(route)
+        candidates = [
+            ep
+            for ep in self.balancer.order(route.endpoints, affinity)
+            if self.balancer.has_room(ep.id)
+        ]
+        if not candidates:
+            outcome.reason = "no replica ready"
+            raise _Answer(no_replica_response(route))
+        stream = body.get("stream") is True
+        content = json.dumps({**body, "model": route.forwarded_name}).encode()
+        tries = candidates[: self.config.max_tries]
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"done": False, "gone": False}
+
+        async def watch_disconnect() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not state["done"]:
+                        state["gone"] = True
+                        task.cancel()
+                    return
+
+        watcher = asyncio.create_task(watch_disconnect())
+        self.in_flight += 1
+        try:
+            for attempt, ep in enumerate(tries, start=1):
+                last = attempt == len(tries)
+                if await self._try(
+                    send, route, ep, path, content, stream, last, started, request_id, outcome
+                ):
+                    return
+            outcome.status = 502
+            outcome.reason = f"no endpoint answered (tried {len(tries)})"
+            raise _Answer(
+                openai_error(
+                    502,
+                    f"No replica of model '{route.name}' could be reached (tried {len(tries)}). "
+                    "Retry shortly; if it persists, check the model's endpoints.",
+                    kind="server_error",
+                    code="upstream_unreachable",
+                )
+            )
+        except asyncio.CancelledError:
+            if not state["gone"]:
+                raise
+            task.uncancel()
+            outcome.status = outcome.status or 499
+            outcome.reason = "client went away"
+        finally:
+            self.in_flight -= 1
+            state["done"] = True
+            watcher.cancel()
+            metrics.LATENCY.labels(route.name).observe(time.monotonic() - started)
+            metrics.REQUESTS.labels(route.name, outcome.endpoint or "-", str(outcome.status)).inc()
+
+    async def _try(
+        self,
+        send: Send,
+        route: RouteModel,
+        ep: RouteEndpoint,
+        path: str,
+        content: bytes,
+        stream: bool,
+        last: bool,
+        started: float,
+        request_id: str,
+        outcome: _Outcome,
+    ) -> bool:
+        """One endpoint. True when the answer (any answer) went to the client."""
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if stream else "application/json",
+            "Accept-Encoding": "identity",
+            "X-Request-ID": request_id,
+        }
+        if ep.api_key:
+            register_secret(ep.api_key)
+            headers["Authorization"] = f"Bearer {ep.api_key}"
+        timeout = httpx.Timeout(
+            self.config.stream_idle_timeout if stream else self.config.read_timeout,
+            connect=self.config.connect_timeout,
+            pool=self.config.connect_timeout,
+        )
+        try:
+            request = self.client.build_request(
+                "POST", ep.base + path, content=content, headers=headers, timeout=timeout
+            )
+        except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
+            self._failed(route, ep, "bad_endpoint", f"unusable endpoint row ({exc})")
+            return False
+        self.balancer.started(ep.id)
+        metrics.IN_FLIGHT.labels(route.name, ep.id).inc()
+        try:
+            try:
+                async with asyncio.timeout(self.config.ttfb_timeout):
+                    upstream = await self.client.send(request, stream=True)
+            except TimeoutError:
+                self._failed(
+                    route, ep, "ttfb_timeout", f"no answer within {self.config.ttfb_timeout:.0f} s"
+                )
+                log.warning(
+                    "gateway: endpoint %s of %s sent nothing within %.0f s; trying the next one",
+                    ep.id,
+                    route.name,
+                    self.config.ttfb_timeout,
+                )
+                return False
+            except httpx.TransportError as exc:
+                self._failed(route, ep, "connect", type(exc).__name__)
+                log.info(
+                    "gateway: endpoint %s of %s unreachable (%s)",
+                    ep.id,
+                    route.name,
+                    type(exc).__name__,
+                )
+                return False
+            metrics.TTFB.labels(route.name).observe(time.monotonic() - started)
+            try:
+                if upstream.status_code >= 500 and not last:
+                    self._failed(route, ep, "5xx", f"HTTP {upstream.status_code}")
+                    return False
+                if stream and upstream.is_success:
+                    await self._relay_stream(send, route, ep, upstream, request_id, outcome)
+                else:
+                    try:
+                        data = await upstream.aread()
+                    except httpx.TransportError as exc:
+                        self._failed(route, ep, "broken", type(exc).__name__)
+                        return False
+                    await self._send_plain(send, route, ep, upstream, data, request_id, outcome)
+            finally:
+                await upstream.aclose()
+            if upstream.status_code < 500:
+                self.balancer.succeeded(ep.id)
+            else:
+                self._failed(route, ep, "5xx", f"HTTP {upstream.status_code}")
+            return True
+        finally:
+            await self._release(ep.id, route.name)
+
+    async def _send_plain(
+        self,
+        send: Send,
+        route: RouteModel,
+        ep: RouteEndpoint,
+        upstream: httpx.Response,
+        data: bytes,
+        request_id: str,
+        outcome: _Outcome,
+    ) -> None:
+        passed = _passed_headers(upstream)
+        if upstream.is_success and "json" in passed.get("content-type", ""):
+            if route.forwarded_name != route.name:
+                data = rewrite_json_body(data, route.name)
+            if b'"usage"' in data:
+                with contextlib.suppress(ValueError, UnicodeDecodeError):
+                    _count_usage(route.name, json.loads(data))
+        elif not upstream.is_success:
+            data = scrub_upstream_address(data, ep.base)
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in passed.items()]
+        headers += [
+            (b"content-length", str(len(data)).encode()),
+            (b"x-request-id", request_id.encode("latin-1")),
+        ]
+        outcome.status, outcome.endpoint = upstream.status_code, ep.id
+        await send(
+            {"type": "http.response.start", "status": upstream.status_code, "headers": headers}
+        )
+        await send({"type": "http.response.body", "body": data})
+
+    async def _relay_stream(
+        self,
+        send: Send,
+        route: RouteModel,
+        ep: RouteEndpoint,
+        upstream: httpx.Response,
+        request_id: str,
+        outcome: _Outcome,
+    ) -> None:
+        passed = _passed_headers(upstream)
+        passed["cache-control"] = "no-cache"
+        passed["x-accel-buffering"] = "no"
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in passed.items()]
+        headers.append((b"x-request-id", request_id.encode("latin-1")))
+        outcome.status, outcome.endpoint = upstream.status_code, ep.id
+        await send(
+            {"type": "http.response.start", "status": upstream.status_code, "headers": headers}
+        )
+        renamer = _StreamRenamer(route.name)
+        try:
+            async for chunk in upstream.aiter_raw():
+                if b'"usage"' in chunk:
+                    self._usage_from_events(route.name, chunk)
+                out = renamer.feed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            rest = renamer.flush()
+            if rest:
+                await send({"type": "http.response.body", "body": rest, "more_body": True})
+        except httpx.TransportError as exc:
+            kind = "idle_timeout" if isinstance(exc, httpx.ReadTimeout) else "broken"
+            self._failed(route, ep, kind, type(exc).__name__)
+            outcome.reason = (
+                f"stream silent for {self.config.stream_idle_timeout:.0f} s"
+                if kind == "idle_timeout"
+                else f"stream broke off ({type(exc).__name__})"
+            )
+            error = {
+                "error": {
+                    "message": "The replica stopped answering in the middle of the stream.",
+                    "type": "server_error",
+                    "param": None,
+                    "code": "upstream_stream_broken",
+                }
+            }
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + json.dumps(error).encode() + b"\n\n",
+                    "more_body": True,
+                }
+            )
+        await send({"type": "http.response.body", "body": b""})
+
+    def _usage_from_events(self, model: str, chunk: bytes) -> None:
+        for line in chunk.split(b"\n"):
+            if b'"usage"' in line and line.startswith(b"data:"):
+                with contextlib.suppress(ValueError, UnicodeDecodeError):
+                    _count_usage(model, json.loads(line[5:]))
+
+
+class _StreamRenamer:
+    """Sets "model" of each event back to the client's name, passing bytes through untouched
+    when nothing needs renaming (the common case costs a substring search per chunk)."""
+
+    def __init__(self, client_name: str) -> None:
+        self.client_name = client_name
+        quoted = json.dumps(client_name).encode()
+        self._already = (b'"model":' + quoted, b'"model": ' + quoted)
+        self._pending = b""
+
+    def _line_ok(self, line: bytes) -> bool:
+        return b'"model"' not in line or any(ok in line for ok in self._already)
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._pending + chunk if self._pending else chunk
+        if b'"model"' not in data and not self._pending:
+            return chunk
+        complete, newline, self._pending = data.rpartition(b"\n")
+        if not newline:
+            self._pending = data
+            return b""
+        lines = complete.split(b"\n")
+        if all(self._line_ok(line) for line in lines):
+            return complete + b"\n"
+        return b"\n".join(rewrite_sse_line(x, self.client_name) for x in lines) + b"\n"
+
+    def flush(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return rewrite_sse_line(rest, self.client_name) if rest else b""
+
+
+def _model_entry(route: RouteModel) -> dict[str, Any]:
+    return {"id": route.name, "object": "model", "created": route.created, "owned_by": "obleth"}
+
+
+def _not_found(name: str) -> HttpResponse:
+    return openai_error(
+        404,
+        f"The model '{name}' does not exist or is disabled. GET /v1/models lists the models.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def _method_not_allowed(allowed: str) -> HttpResponse:
+    return openai_error(
+        405, f"Use {allowed} on this path.", code="method_not_allowed", headers={"Allow": allowed}
+    )
+
+
+def _too_large(limit: int) -> HttpResponse:
+    return openai_error(
+        413,
+        f"The request body is larger than {limit} bytes (OBLETH_GATEWAY_MAX_BODY_BYTES).",
+        code="body_too_large",
+    )
