@@ -34,11 +34,11 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 from django.conf import settings
 from django.http import HttpResponse
 
@@ -46,7 +46,8 @@ from obleth.gateway import metrics
 from obleth.gateway.auth import client_keys
 from obleth.gateway.balancer import Balancer
 from obleth.gateway.proxy import (
-    _passed_headers,
+    PASSED_HEADERS,
+    PASSED_PREFIXES,
     no_replica_response,
     openai_error,
     rewrite_json_body,
@@ -143,6 +144,16 @@ async def send_django(send: Send, response: HttpResponse, request_id: str) -> No
     await send({"type": "http.response.body", "body": body})
 
 
+def passed_headers(upstream: Mapping[str, str]) -> dict[str, str]:
+    """The upstream answer's headers a client may see (nothing naming the engine or node)."""
+    kept: dict[str, str] = {}
+    for name, value in upstream.items():
+        lower = name.lower()
+        if lower in PASSED_HEADERS or lower.startswith(PASSED_PREFIXES):
+            kept[lower] = value
+    return kept
+
+
 def _count_usage(model: str, payload: Any) -> None:
     usage = payload.get("usage") if isinstance(payload, dict) else None
     if not isinstance(usage, dict):
@@ -160,7 +171,7 @@ class GatewayService:
         self,
         table: LiveTable | None = None,
         config: GatewayConfig | None = None,
-        client: httpx.AsyncClient | None = None,
+        client: aiohttp.ClientSession | None = None,
     ) -> None:
         self.config = config or GatewayConfig.from_settings()
         self.table = table or LiveTable()
@@ -177,22 +188,35 @@ class GatewayService:
     # ------------------------------------------------------------------ lifecycle
 
     @property
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> aiohttp.ClientSession:
+        """One pooled session per process (kept-alive connections to every endpoint).
+
+        aiohttp rather than httpx here: on this machine httpx's async client cost 0.93 ms of CPU
+        per proxied request against aiohttp's 0.06 ms (bench/gateway_bench.py has the figures).
+        """
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(
-                    self.config.read_timeout,
-                    connect=self.config.connect_timeout,
-                    pool=self.config.connect_timeout,
+            self._client = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=0, limit_per_host=0, keepalive_timeout=30, ttl_dns_cache=60
                 ),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
-                follow_redirects=False,
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    connect=self.config.connect_timeout,
+                    sock_read=self.config.read_timeout,
+                ),
+                auto_decompress=False,
                 trust_env=False,
                 headers={"User-Agent": "obleth-gateway"},
             )
         return self._client
 
+    def _table_reloaded(self, table: RouteTable) -> None:
+        metrics.TABLE_RELOADS.inc()
+        ids = {ep.id for model in table.models.values() for ep in model.endpoints}
+        self.balancer.forget_except(ids)
+
     async def startup(self) -> None:
+        self.table.on_reload = self._table_reloaded
         await self.table.reload()
         self._refresher = asyncio.create_task(self.table.run())
 
@@ -202,7 +226,7 @@ class GatewayService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._refresher
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -585,24 +609,40 @@ class GatewayService:
         if ep.api_key:
             register_secret(ep.api_key)
             headers["Authorization"] = f"Bearer {ep.api_key}"
-        timeout = httpx.Timeout(
-            self.config.stream_idle_timeout if stream else self.config.read_timeout,
+        timeout = aiohttp.ClientTimeout(
+            total=None,
             connect=self.config.connect_timeout,
-            pool=self.config.connect_timeout,
+            sock_read=self.config.stream_idle_timeout if stream else self.config.read_timeout,
         )
         try:
-            request = self.client.build_request(
-                "POST", ep.base + path, content=content, headers=headers, timeout=timeout
-            )
-        except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
+            url = ep.base + path
+            if any(c in url for c in "\r\n\x00 "):
+                raise ValueError("the api_base holds a control character or a space")
+            for value in headers.values():
+                value.encode("latin-1")
+                if "\r" in value or "\n" in value:
+                    raise ValueError("the API key holds a line break")
+        except (ValueError, UnicodeError) as exc:
             self._failed(route, ep, "bad_endpoint", f"unusable endpoint row ({exc})")
+            log.warning("gateway: endpoint %s of %s skipped: %s", ep.id, route.name, exc)
             return False
         self.balancer.started(ep.id)
         metrics.IN_FLIGHT.labels(route.name, ep.id).inc()
         try:
             try:
                 async with asyncio.timeout(self.config.ttfb_timeout):
-                    upstream = await self.client.send(request, stream=True)
+                    upstream = await self.client.post(
+                        url, data=content, headers=headers, timeout=timeout, allow_redirects=False
+                    )
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
+                self._failed(route, ep, "connect", type(exc).__name__)
+                log.info(
+                    "gateway: endpoint %s of %s unreachable (%s)",
+                    ep.id,
+                    route.name,
+                    type(exc).__name__,
+                )
+                return False
             except TimeoutError:
                 self._failed(
                     route, ep, "ttfb_timeout", f"no answer within {self.config.ttfb_timeout:.0f} s"
@@ -614,35 +654,26 @@ class GatewayService:
                     self.config.ttfb_timeout,
                 )
                 return False
-            except httpx.TransportError as exc:
-                self._failed(route, ep, "connect", type(exc).__name__)
-                log.info(
-                    "gateway: endpoint %s of %s unreachable (%s)",
-                    ep.id,
-                    route.name,
-                    type(exc).__name__,
-                )
-                return False
             metrics.TTFB.labels(route.name).observe(time.monotonic() - started)
             try:
-                if upstream.status_code >= 500 and not last:
-                    self._failed(route, ep, "5xx", f"HTTP {upstream.status_code}")
+                if upstream.status >= 500 and not last:
+                    self._failed(route, ep, "5xx", f"HTTP {upstream.status}")
                     return False
-                if stream and upstream.is_success:
+                if stream and upstream.status < 300:
                     await self._relay_stream(send, route, ep, upstream, request_id, outcome)
                 else:
                     try:
-                        data = await upstream.aread()
-                    except httpx.TransportError as exc:
+                        data = await upstream.read()
+                    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                         self._failed(route, ep, "broken", type(exc).__name__)
                         return False
                     await self._send_plain(send, route, ep, upstream, data, request_id, outcome)
             finally:
-                await upstream.aclose()
-            if upstream.status_code < 500:
+                upstream.release()
+            if upstream.status < 500:
                 self.balancer.succeeded(ep.id)
             else:
-                self._failed(route, ep, "5xx", f"HTTP {upstream.status_code}")
+                self._failed(route, ep, "5xx", f"HTTP {upstream.status}")
             return True
         finally:
             await self._release(ep.id, route.name)
@@ -652,29 +683,28 @@ class GatewayService:
         send: Send,
         route: RouteModel,
         ep: RouteEndpoint,
-        upstream: httpx.Response,
+        upstream: aiohttp.ClientResponse,
         data: bytes,
         request_id: str,
         outcome: _Outcome,
     ) -> None:
-        passed = _passed_headers(upstream)
-        if upstream.is_success and "json" in passed.get("content-type", ""):
+        passed = passed_headers(upstream.headers)
+        ok = upstream.status < 300
+        if ok and "json" in passed.get("content-type", ""):
             if route.forwarded_name != route.name:
                 data = rewrite_json_body(data, route.name)
             if b'"usage"' in data:
                 with contextlib.suppress(ValueError, UnicodeDecodeError):
                     _count_usage(route.name, json.loads(data))
-        elif not upstream.is_success:
+        elif not ok:
             data = scrub_upstream_address(data, ep.base)
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in passed.items()]
         headers += [
             (b"content-length", str(len(data)).encode()),
             (b"x-request-id", request_id.encode("latin-1")),
         ]
-        outcome.status, outcome.endpoint = upstream.status_code, ep.id
-        await send(
-            {"type": "http.response.start", "status": upstream.status_code, "headers": headers}
-        )
+        outcome.status, outcome.endpoint = upstream.status, ep.id
+        await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
 
     async def _relay_stream(
@@ -682,22 +712,20 @@ class GatewayService:
         send: Send,
         route: RouteModel,
         ep: RouteEndpoint,
-        upstream: httpx.Response,
+        upstream: aiohttp.ClientResponse,
         request_id: str,
         outcome: _Outcome,
     ) -> None:
-        passed = _passed_headers(upstream)
+        passed = passed_headers(upstream.headers)
         passed["cache-control"] = "no-cache"
         passed["x-accel-buffering"] = "no"
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in passed.items()]
         headers.append((b"x-request-id", request_id.encode("latin-1")))
-        outcome.status, outcome.endpoint = upstream.status_code, ep.id
-        await send(
-            {"type": "http.response.start", "status": upstream.status_code, "headers": headers}
-        )
+        outcome.status, outcome.endpoint = upstream.status, ep.id
+        await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
         renamer = _StreamRenamer(route.name)
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in upstream.content.iter_any():
                 if b'"usage"' in chunk:
                     self._usage_from_events(route.name, chunk)
                 out = renamer.feed(chunk)
@@ -706,8 +734,8 @@ class GatewayService:
             rest = renamer.flush()
             if rest:
                 await send({"type": "http.response.body", "body": rest, "more_body": True})
-        except httpx.TransportError as exc:
-            kind = "idle_timeout" if isinstance(exc, httpx.ReadTimeout) else "broken"
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            kind = "idle_timeout" if isinstance(exc, TimeoutError) else "broken"
             self._failed(route, ep, kind, type(exc).__name__)
             outcome.reason = (
                 f"stream silent for {self.config.stream_idle_timeout:.0f} s"

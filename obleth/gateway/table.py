@@ -90,6 +90,7 @@ class LiveTable:
         self.last_error: str = ""
         self._wake = asyncio.Event()
         self._listening = False
+        self.on_reload: Callable[[RouteTable], None] | None = None
 
     @property
     def age_secs(self) -> float | None:
@@ -108,6 +109,8 @@ class LiveTable:
             log.info("gateway: routing table reloaded again after: %s", self.last_error)
         self.table, self.loaded_at, self.last_error = table, time.monotonic(), ""
         self.reloads += 1
+        if self.on_reload is not None:
+            self.on_reload(table)
         return True
 
     def notify(self) -> None:

@@ -30,6 +30,18 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 
 
+def read_answer(s: socket.socket) -> bytes:
+    """One whole HTTP answer with a Content-Length from a raw socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += s.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
 def chat(gw: GatewayProcess, model: str, timeout: float = 30, **extra: Any) -> httpx.Response:
     return httpx.post(
         gw.url + "/v1/chat/completions", json={**CHAT, "model": model, **extra}, timeout=timeout
@@ -176,7 +188,7 @@ def test_body_over_the_limit_is_refused_before_it_is_read(gateway_factory: Any) 
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b'Content-Length: 52428800\r\n\r\n{"model":'
         )
-        answer = s.recv(65536)
+        answer = read_answer(s)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b"OBLETH_GATEWAY_MAX_BODY_BYTES" in answer
 
@@ -239,7 +251,7 @@ def test_slow_body_is_cut_off_by_the_body_timeout(gateway_factory: Any) -> None:
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
         t0 = time.monotonic()
-        answer = s.recv(65536)
+        answer = read_answer(s)
         waited = time.monotonic() - t0
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert 1.5 < waited < 10

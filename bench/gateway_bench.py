@@ -1,0 +1,564 @@
+"""The /v1 data plane side by side: the direct upstream, obleth's gateway service, LiteLLM's proxy.
+
+    .venv/bin/python bench/gateway_bench.py                 # ~8 min
+    .venv/bin/python bench/gateway_bench.py --quick         # ~2 min, fewer cells
+
+Same fake upstream (bench/_upstream.py, raw asyncio), same load generator (this script: raw
+asyncio HTTP/1.1 on kept-alive connections, so the client costs little), one interleaved run: for
+every cell the three targets run one after the other, and the fast-upstream cells are repeated in
+rotating order (medians printed). LiteLLM is installed from PyPI into its own virtualenv on first
+use (``--litellm-venv``, default ``~/.cache/obleth-bench/litellm-<version>``).
+
+Printed per target:
+- CPU ms per request: the target's whole process tree (utime + stime from /proc), divided by the
+  requests it completed in the cell.
+- added latency p50/p99 at concurrency 1: the target's latency minus direct's in the same round.
+- req/s at concurrency 16 and 64, non-streamed and streamed (5 chunks at once).
+- With a slow upstream (``--chunks`` events ``--interval-ms`` apart, ~2 s a stream): completed
+  streams/s, time to first byte p50/p99 and errors at 64, 256 and 1,000 concurrent streams, for
+  obleth with 1 and 2 workers, LiteLLM with 1, and direct; and each target's RSS after the cell.
+
+Nothing is asserted: the figures are printed (``--json`` also writes bench/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    Child,
+    database_url,
+    ensure_database,
+    python,
+    raise_fd_limit,
+)
+
+LITELLM_VERSION = "1.106.12"  # the newest whose [proxy] extra installs from PyPI alone
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+CLK = os.sysconf("SC_CLK_TCK")
+# What the targets print (their own logs), for when one does not start.
+LOG = tempfile.NamedTemporaryFile(prefix="obleth-gateway-bench-", suffix=".log", delete=False)
+
+
+# ------------------------------------------------------------------------------ process tree
+
+
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, utime + stime ticks) of one process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def tree(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _proc_stat(int(entry))
+            if st:
+                children.setdefault(st[0], []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def tree_cpu_secs(pid: int) -> float:
+    return sum((_proc_stat(p) or (0, 0))[1] for p in tree(pid)) / CLK
+
+
+def tree_rss_mb(pid: int) -> float:
+    total = 0
+    for p in tree(pid):
+        try:
+            with open(f"/proc/{p}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+# ------------------------------------------------------------------------------ load generator
+
+
+@dataclass
+class Result:
+    ok: int = 0
+    errors: int = 0
+    latencies: list[float] = field(default_factory=list)
+    ttfbs: list[float] = field(default_factory=list)
+    secs: float = 0.0
+
+
+async def _read_answer(
+    reader: asyncio.StreamReader, t0: float, result: Result | None
+) -> tuple[int, bool]:
+    status_line = await reader.readuntil(b"\r\n")
+    if result is not None:  # time to first byte: the status line has arrived
+        result.ttfbs.append(time.monotonic() - t0)
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(status_line[9:12])
+    length, chunked, close = None, False, False
+    for line in head.split(b"\r\n"):
+        lower = line.lower()
+        if lower.startswith(b"content-length:"):
+            length = int(line[15:])
+        elif lower.startswith(b"transfer-encoding:") and b"chunked" in lower:
+            chunked = True
+        elif lower.startswith(b"connection:") and b"close" in lower:
+            close = True
+    if chunked:
+        while True:
+            size = int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    elif length is not None:
+        await reader.readexactly(length)
+    else:
+        await reader.read()
+        close = True
+    return status, close
+
+
+async def _worker(
+    port: int, request: bytes, deadline: float, result: Result, first_byte: bool
+) -> None:
+    reader = writer = None
+    while time.monotonic() < deadline:
+        try:
+            if writer is None:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            assert reader is not None
+            t0 = time.monotonic()
+            writer.write(request)
+            status, close = await _read_answer(reader, t0, result if first_byte else None)
+            if status == 200:
+                result.ok += 1
+                result.latencies.append(time.monotonic() - t0)
+            else:
+                result.errors += 1
+            if close:
+                writer.close()
+                reader = writer = None
+        except (OSError, asyncio.IncompleteReadError, ValueError, asyncio.LimitOverrunError):
+            result.errors += 1
+            if writer is not None:
+                writer.close()
+            reader = writer = None
+            await asyncio.sleep(0.01)
+    if writer is not None:
+        writer.close()
+
+
+def request_bytes(model: str, stream: bool, auth: str = "") -> bytes:
+    body = json.dumps({**CHAT, "model": model, "stream": stream}).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    )
+    if auth:
+        head += f"Authorization: Bearer {auth}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+async def load(
+    port: int, request: bytes, concurrency: int, secs: float, first_byte: bool = False
+) -> Result:
+    result = Result()
+    deadline = time.monotonic() + secs
+    t0 = time.monotonic()
+    await asyncio.gather(
+        *(_worker(port, request, deadline, result, first_byte) for _ in range(concurrency))
+    )
+    result.secs = time.monotonic() - t0
+    return result
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+# ------------------------------------------------------------------------------ targets
+
+
+@dataclass
+class Target:
+    name: str
+    port: int
+    pid: int  # root of the process tree whose CPU is counted (0: not counted)
+    auth: str = ""
+    stop: Any = None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_upstream(chunks: int, interval_ms: float) -> Child:
+    port = free_port()
+    return Child(
+        [
+            python(),
+            str(ROOT / "bench" / "_upstream.py"),
+            "--port",
+            str(port),
+            "--chunks",
+            str(chunks),
+            "--interval-ms",
+            str(interval_ms),
+        ],
+        "ready",
+    )
+
+
+def upstream_port(child: Child) -> int:
+    return int(child.ready_line.split()[1])
+
+
+def prepare_obleth_db(db_name: str, fast_base: str, slow_base: str) -> str:
+    url = database_url(db_name)
+    ensure_database(url)
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    code = f"""
+import django; django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0, interactive=False)
+from obleth.core.models import Model, Endpoint
+Model.objects.filter(name__in=["bench", "bench-slow"]).delete()
+for name, base in (("bench", {fast_base!r}), ("bench-slow", {slow_base!r})):
+    m = Model.objects.create(name=name, hosting_mode="static")
+    Endpoint.objects.create(model=m, name=name + "-ep", api_base=base)
+"""
+    subprocess.run([python(), "-c", code], env=env, cwd=ROOT, check=True)
+    return url
+
+
+def start_obleth(db_url: str, workers: int) -> Target:
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_url,
+        "DJANGO_SETTINGS_MODULE": "obleth.settings",
+        "OBLETH_SECRET_KEY": "test-secret-key-not-for-production",  # as tests.settings: rows decrypt
+        "OBLETH_ENCRYPTION_KEY": "test-encryption-key-not-for-production",
+        "OBLETH_GATEWAY_OPEN": "1",
+        "OBLETH_LOG_LEVEL": "WARNING",
+    }
+    proc = subprocess.Popen(
+        [
+            python(),
+            "-m",
+            "obleth.gateway.serve",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=LOG,
+        stderr=subprocess.STDOUT,
+    )
+    _wait_http(port, "/healthz", proc)
+    _wait_model(port, "bench-slow", "")
+    return Target(f"obleth x{workers}", port, proc.pid, stop=proc)
+
+
+def litellm_venv(path: str | None) -> Path:
+    venv = Path(path or Path.home() / ".cache" / "obleth-bench" / f"litellm-{LITELLM_VERSION}")
+    exe = venv / "bin" / "litellm"
+    if not exe.exists():
+        print(f"installing litellm[proxy]=={LITELLM_VERSION} into {venv} (first run only)")
+        subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", f"litellm[proxy]=={LITELLM_VERSION}"],
+            check=True,
+        )
+    return venv
+
+
+def start_litellm(venv: Path, fast_base: str, slow_base: str, workers: int) -> Target:
+    port = free_port()
+    cfg = Path(tempfile.mkdtemp(prefix="obleth-bench-litellm-")) / "config.yaml"
+    cfg.write_text(
+        "model_list:\n"
+        + "".join(
+            f"  - model_name: {name}\n    litellm_params:\n      model: openai/bench\n"
+            f"      api_base: {base}\n      api_key: none\n"
+            for name, base in (("bench", fast_base), ("bench-slow", slow_base))
+        )
+        + "litellm_settings:\n  drop_params: true\n  turn_off_message_logging: true\n"
+    )
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_LOG": "ERROR",
+        "NO_DOCS": "True",
+        "DISABLE_ADMIN_UI": "True",
+    }
+    proc = subprocess.Popen(
+        [
+            str(venv / "bin" / "litellm"),
+            "--config",
+            str(cfg),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--num_workers",
+            str(workers),
+        ],
+        env=env,
+        stdout=LOG,
+        stderr=subprocess.STDOUT,
+    )
+    _wait_http(port, "/health/liveliness", proc, timeout=180)
+    _wait_model(port, "bench", "")
+    return Target(f"litellm x{workers}", port, proc.pid, stop=proc)
+
+
+def _wait_http(port: int, path: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"a target exited (code {proc.returncode}); see {LOG.name}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"nothing answered on {port}{path} within {timeout:.0f} s; see {LOG.name}")
+
+
+def _wait_model(port: int, model: str, auth: str) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={**CHAT, "model": model},
+                timeout=10,
+            )
+            if r.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"model {model} never answered through port {port}; see {LOG.name}")
+
+
+def stop(target: Target) -> None:
+    proc = target.stop
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+def measure(target: Target, model: str, stream: bool, concurrency: int, secs: float) -> dict:
+    request = request_bytes(model, stream, target.auth)
+    cpu0 = tree_cpu_secs(target.pid) if target.pid else 0.0
+    result = asyncio.run(load(target.port, request, concurrency, secs, first_byte=stream))
+    cpu = (tree_cpu_secs(target.pid) - cpu0) if target.pid else 0.0
+    done = max(1, result.ok)
+    return {
+        "ok": result.ok,
+        "errors": result.errors,
+        "rps": result.ok / result.secs,
+        "cpu_ms_per_req": cpu * 1000 / done if target.pid else None,
+        "p50_ms": pct(result.latencies, 0.5) * 1000,
+        "p99_ms": pct(result.latencies, 0.99) * 1000,
+        "ttfb_p50_ms": pct(result.ttfbs, 0.5) * 1000 if stream else None,
+        "ttfb_p99_ms": pct(result.ttfbs, 0.99) * 1000 if stream else None,
+        "rss_mb": tree_rss_mb(target.pid) if target.pid else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default="obleth_bench_gateway")
+    parser.add_argument("--secs", type=float, default=5.0, help="seconds per fast cell")
+    parser.add_argument("--rounds", type=int, default=3, help="repeats of the fast cells")
+    parser.add_argument("--slow-secs", type=float, default=10.0)
+    parser.add_argument("--chunks", type=int, default=100)
+    parser.add_argument("--interval-ms", type=float, default=20)
+    parser.add_argument("--streams", default="64,256,1000", help="concurrent slow streams")
+    parser.add_argument("--litellm-venv")
+    parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="1 round, 3 s cells, 64/256 streams")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.secs, args.rounds, args.slow_secs, args.streams = 3.0, 1, 6.0, "64,256"
+    streams = [int(x) for x in args.streams.split(",")]
+    raise_fd_limit(max(streams) * 4 + 1024)
+
+    fast = start_upstream(5, 0)
+    slow = start_upstream(args.chunks, args.interval_ms)
+    fast_base = f"http://127.0.0.1:{upstream_port(fast)}/v1"
+    slow_base = f"http://127.0.0.1:{upstream_port(slow)}/v1"
+    db_url = prepare_obleth_db(args.db, fast_base, slow_base)
+    direct_fast = Target("direct", upstream_port(fast), fast.proc.pid)
+    direct_slow = Target("direct", upstream_port(slow), slow.proc.pid)
+
+    targets: list[Target] = []
+    figures: dict[str, Any] = {"fast": {}, "slow": {}, "argv": sys.argv[1:]}
+    try:
+        targets.append(start_obleth(db_url, 1))
+        if not args.no_litellm:
+            targets.append(start_litellm(litellm_venv(args.litellm_venv), fast_base, slow_base, 1))
+
+        # ---- fast upstream: interleaved rounds, rotating order
+        cells = [(1, False), (16, False), (64, False), (16, True), (64, True)]
+        rows: dict[tuple[str, int, bool], list[dict]] = {}
+        everyone = [direct_fast, *targets]
+        for rnd in range(args.rounds):
+            order = everyone[rnd % len(everyone) :] + everyone[: rnd % len(everyone)]
+            for conc, stream in cells:
+                for t in order:
+                    rows.setdefault((t.name, conc, stream), []).append(
+                        measure(t, "bench", stream, conc, args.secs)
+                    )
+        print("\n== fast upstream (instant answer; streams: 5 events at once)")
+        print(f"   {args.rounds} interleaved round(s) of {args.secs:.0f} s per cell; medians")
+        header = (
+            f"{'target':<12} {'CPU ms/req':>10} {'added p50':>10} {'added p99':>10}"
+            f" {'c16 rps':>9} {'c64 rps':>9} {'c16 s-rps':>10} {'c64 s-rps':>10}"
+        )
+        print(header)
+        direct_lat = rows[("direct", 1, False)]
+        for t in everyone:
+
+            def med(conc: int, stream: bool, key: str, t: Target = t) -> float:
+                vals = [r[key] for r in rows[(t.name, conc, stream)] if r[key] is not None]
+                return statistics.median(vals) if vals else float("nan")
+
+            cpu_vals = [
+                r["cpu_ms_per_req"]
+                for (name, _, _), rs in rows.items()
+                if name == t.name
+                for r in rs
+                if r["cpu_ms_per_req"] is not None and not r["errors"]
+            ]
+            added50 = [
+                a["p50_ms"] - d["p50_ms"]
+                for a, d in zip(rows[(t.name, 1, False)], direct_lat, strict=True)
+            ]
+            added99 = [
+                a["p99_ms"] - d["p99_ms"]
+                for a, d in zip(rows[(t.name, 1, False)], direct_lat, strict=True)
+            ]
+            line = {
+                "cpu_ms_per_req": statistics.median(cpu_vals) if cpu_vals else float("nan"),
+                "added_p50_ms": statistics.median(added50),
+                "added_p99_ms": statistics.median(added99),
+                "c16_rps": med(16, False, "rps"),
+                "c64_rps": med(64, False, "rps"),
+                "c16_stream_rps": med(16, True, "rps"),
+                "c64_stream_rps": med(64, True, "rps"),
+                "errors": sum(
+                    r["errors"] for (n, _, _), rs in rows.items() if n == t.name for r in rs
+                ),
+            }
+            figures["fast"][t.name] = line
+            print(
+                f"{t.name:<12} {line['cpu_ms_per_req']:>10.3f} {line['added_p50_ms']:>10.2f}"
+                f" {line['added_p99_ms']:>10.2f} {line['c16_rps']:>9.0f} {line['c64_rps']:>9.0f}"
+                f" {line['c16_stream_rps']:>10.0f} {line['c64_stream_rps']:>10.0f}"
+                + (f"  errors {line['errors']}" if line["errors"] else "")
+            )
+        if "obleth x1" in figures["fast"] and "litellm x1" in figures["fast"]:
+            o, li = figures["fast"]["obleth x1"], figures["fast"]["litellm x1"]
+            cpu_ratio = li["cpu_ms_per_req"] / o["cpu_ms_per_req"]
+            lat_ratio = li["added_p50_ms"] / max(o["added_p50_ms"], 0.01)
+            print(
+                f"   LiteLLM / obleth: CPU per request {cpu_ratio:.1f}x,"
+                f" added latency p50 {lat_ratio:.1f}x"
+            )
+
+        # ---- slow upstream: streams
+        targets.append(start_obleth(db_url, 2))
+        slow_targets = [direct_slow, *targets]
+        stream_secs = args.chunks * args.interval_ms / 1000
+        print(
+            f"\n== slow upstream: {args.chunks} events {args.interval_ms:.0f} ms apart"
+            f" (~{stream_secs:.1f} s a stream), {args.slow_secs:.0f} s a cell"
+        )
+        print(
+            f"{'target':<12} {'streams':>7} {'done/s':>8} {'% direct':>8} {'TTFB p50':>9}"
+            f" {'TTFB p99':>9} {'errors':>7} {'RSS MB':>7}"
+        )
+        for n in streams:
+            base = None
+            for t in slow_targets:
+                r = measure(t, "bench-slow", True, n, args.slow_secs)
+                figures["slow"].setdefault(t.name, {})[n] = r
+                if t.name == "direct":
+                    base = r
+                share = 100 * r["rps"] / base["rps"] if base and base["rps"] else float("nan")
+                print(
+                    f"{t.name:<12} {n:>7} {r['rps']:>8.1f} {share:>7.0f}%"
+                    f" {r['ttfb_p50_ms']:>8.1f}ms {r['ttfb_p99_ms']:>8.1f}ms"
+                    f" {r['errors']:>7} {r['rss_mb']:>7.0f}"
+                )
+    finally:
+        for t in targets:
+            stop(t)
+        fast.stop()
+        slow.stop()
+    if args.json:
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / f"gateway-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        out.write_text(json.dumps(figures, indent=2, default=str))
+        print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    sys.exit(main())
