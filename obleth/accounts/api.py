@@ -124,6 +124,11 @@ class ApiTokenViewSet(
                 "A token cannot create tokens: log in (the admin's API tokens page, or a "
                 "session) to make one."
             )
+        if getattr(request.user, "pk", None) is None:
+            raise exceptions.PermissionDenied(
+                "A personal token belongs to a user: log in as yourself (the bootstrap admin "
+                "token has no user to own one)."
+            )
         body = NewTokenRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:

@@ -75,9 +75,7 @@ class ModelPermissions(_Checked):
             queryset = view.get_queryset()
         if queryset is None:
             return ["obleth.no-such-permission"]  # a route without a model: refuse, loudly
-        action = METHOD_ACTIONS.get(str(request.method).upper())
-        if action is None:
-            return []  # the view answers 405
+        action = METHOD_ACTIONS.get(str(request.method).upper(), "change")  # then a 405
         return [perm_name(queryset.model, action)]
 
 
@@ -125,7 +123,7 @@ class ManagedSpecPermission(_Checked):
         if method == "DELETE":
             return ["core.delete_managedspec"]
         if method not in {"PUT", "PATCH"}:
-            return []
+            return ["core.change_managedspec"]  # then 405: this route takes no such method
         spec = ManagedSpec.objects.filter(pk=view.kwargs.get("model_id")).first()
         needed = ["core.change_managedspec"] if spec else ["core.add_managedspec", "core.deploy"]
         if shell_changes(spec, request.data, replace=method == "PUT"):
