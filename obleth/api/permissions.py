@@ -47,7 +47,7 @@ def _missing(request: Request, perms: list[str]) -> list[str]:
     return [p for p in perms if not user.has_perm(p)]
 
 
-class _Checked(IsStaff):
+class CheckedPermission(IsStaff):
     """Staff first; then ``required(request, view)``; the 403 names the missing permission."""
 
     def required(self, request: Request, view: Any) -> list[str]:
@@ -66,7 +66,7 @@ class _Checked(IsStaff):
         return True
 
 
-class ModelPermissions(_Checked):
+class ModelPermissions(CheckedPermission):
     """DjangoModelPermissions, with view permission for reads."""
 
     def required(self, request: Request, view: Any) -> list[str]:
@@ -82,7 +82,7 @@ class ModelPermissions(_Checked):
 def requires(*perms: str, reads: tuple[str, ...] | None = None) -> type[permissions.BasePermission]:
     """A permission class needing ``perms`` (and, for GET/HEAD/OPTIONS, ``reads`` if given)."""
 
-    class Requires(_Checked):
+    class Requires(CheckedPermission):
         needed = tuple(perms)
         needed_for_reads = tuple(reads) if reads is not None else tuple(perms)
 
@@ -101,7 +101,7 @@ TestSlurmConnection = requires("core.change_slurmsettings", reads=("core.view_sl
 ViewProvisionerStatus = requires("core.view_provisionerstatus")
 
 
-class DismissError(_Checked):
+class DismissError(CheckedPermission):
     """PATCH error: null dismisses (core.dismiss_error); setting a message changes the spec."""
 
     def required(self, request: Request, view: Any) -> list[str]:
@@ -113,7 +113,7 @@ class DismissError(_Checked):
         return ["core.dismiss_error", "core.change_managedspec"]
 
 
-class ManagedSpecPermission(_Checked):
+class ManagedSpecPermission(CheckedPermission):
     def required(self, request: Request, view: Any) -> list[str]:
         from obleth.core.models import ManagedSpec
 

@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from obleth.accounts import api as accounts_api
-from obleth.api import schema, views
+from obleth.api import deploy, schema, views
 from obleth.api.auth import IsOperator
 
 app_name = "api"
@@ -50,6 +50,7 @@ v1: list[URLPattern | URLResolver] = [
         views.ProvisionErrorView.as_view(),
         name="model-provision-error",
     ),
+    re_path(rf"^deployments{SLASH}$", deploy.DeployView.as_view(), name="deploy"),
     re_path(rf"^settings/slurm{SLASH}$", views.SlurmSettingsView.as_view(), name="slurm-settings"),
     re_path(rf"^settings/slurm/test{SLASH}$", views.SlurmTestView.as_view(), name="slurm-test"),
     re_path(

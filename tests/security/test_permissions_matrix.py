@@ -150,6 +150,12 @@ MATRIX: dict[tuple[str, str], Cell] = {
     **action_route("api:replica-restart", "core.restart_replica", "core.view_replica", 404),
     **action_route("api:model-replica-clear-lost", "core.clear_lost", "core.view_replica", 200),
     **action_route("api:slurm-test", "core.change_slurmsettings", "core.view_slurmsettings", 400),
+    **{
+        ("api:deploy", m): need(
+            "core.deploy", "core.add_model", "core.add_managedspec", ok=400 if m == "post" else 405
+        )
+        for m in METHODS
+    },
     ("api:recipe-library", "get"): need("core.view_recipe", ok=200),
     ("api:recipe-library", "post"): need("core.add_recipe", ok=405),
     ("api:recipe-library", "put"): need("core.change_recipe", ok=405),
@@ -354,3 +360,34 @@ def test_an_operator_deploys_a_new_spec_only_with_the_deploy_permission() -> Non
     assert answer.status_code == 400, answer.content
     with_shell = operator.put(url, {**body, "launch_command": "serve"}, format="json")
     assert with_shell.status_code == 403
+
+
+def test_an_operator_deploys_a_library_recipe_but_cannot_rewrite_its_script() -> None:
+    from obleth.core.models import ManagedSpec, Model
+
+    operator = APIClient()
+    operator.force_login(_user("deployer", "operator"))
+    url = reverse("api:deploy")
+    body = {
+        "name": "demo-deployed",
+        "library": "test-engine",
+        "overrides": {"partition": "debug", "target_replicas": 1},
+    }
+    answer = operator.post(url, body, format="json")
+    assert answer.status_code == 201, answer.content
+    spec = ManagedSpec.objects.get(model__name="demo-deployed")
+    assert spec.script_body and spec.target_replicas == 1
+    edited = {**body, "name": "demo-2", "overrides": {"script_body": "#!/bin/bash\nid\n"}}
+    refused = operator.post(url, edited, format="json")
+    assert refused.status_code == 403
+    assert "core.change_launch_script" in refused.json()["error"]
+    viewer = APIClient()
+    viewer.force_login(_user("looker", "viewer"))
+    assert viewer.post(url, {**body, "name": "demo-3"}, format="json").status_code == 403
+    assert not Model.objects.filter(name__in=["demo-2", "demo-3"]).exists()
+    bad = operator.post(url, {**body, "name": "demo-4", "library": "../etc/passwd"}, format="json")
+    assert bad.status_code == 400 and "library" in bad.json()["fields"]
+    both = operator.post(
+        url, {"name": "x", "library": "vllm", "recipe_id": str(uuid.uuid4())}, format="json"
+    )
+    assert both.status_code == 400
