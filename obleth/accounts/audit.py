@@ -48,8 +48,10 @@ NOT_AUDITED = frozenset(
 #: Fields whose change alone is no user write (bookkeeping).
 IGNORED_FIELDS = frozenset({"last_login", "updated_at", "last_used_at", "last_used_from"})
 #: Field names (or name endings) that hold secrets, besides every encrypted field.
-SECRET_NAMES = frozenset({"password", "jwt", "hf_token", "api_key", "token_hash", "key_hash"})
-SECRET_SUFFIXES = ("_hash", "_secret", "_password", "_token", "_jwt", "api_key")
+SECRET_NAMES = frozenset(
+    {"password", "jwt", "hf_token", "api_key", "token_hash", "key_hash", "digest", "hash", "secret"}
+)
+SECRET_SUFFIXES = ("_hash", "_digest", "_secret", "_password", "_token", "_jwt", "api_key")
 MAX_TEXT = 20_000
 
 _request: contextvars.ContextVar[Any] = contextvars.ContextVar("obleth_audit_request", default=None)

@@ -118,5 +118,17 @@ class IsStaff(permissions.BasePermission):
         )
 
 
-#: Kept for imports; it no longer means "may do everything" (see obleth.api.permissions).
-IsOperator = IsStaff
+class IsOperator(permissions.BasePermission):
+    """The old name of the API's permission class, kept for views that still import it: it now
+    checks the view's model permissions (obleth.api.permissions.ModelPermissions), never just
+    staff status."""
+
+    message = IsStaff.message
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        from obleth.api.permissions import ModelPermissions
+
+        check = ModelPermissions()
+        allowed = check.has_permission(request, view)
+        self.message = check.message
+        return allowed

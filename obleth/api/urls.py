@@ -11,7 +11,7 @@ from rest_framework.routers import SimpleRouter
 
 from obleth.accounts import api as accounts_api
 from obleth.api import deploy, schema, views
-from obleth.api.auth import IsOperator
+from obleth.api.auth import IsStaff
 
 app_name = "api"
 
@@ -66,10 +66,10 @@ v1: list[URLPattern | URLResolver] = [
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("v1/", include(v1)),
-    path("schema/", SpectacularAPIView.as_view(permission_classes=[IsOperator]), name="schema"),
+    path("schema/", SpectacularAPIView.as_view(permission_classes=[IsStaff]), name="schema"),
     path(
         "docs/",
-        SpectacularSwaggerView.as_view(url_name="api:schema", permission_classes=[IsOperator]),
+        SpectacularSwaggerView.as_view(url_name="api:schema", permission_classes=[IsStaff]),
         name="docs",
     ),
 ]

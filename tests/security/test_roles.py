@@ -83,3 +83,59 @@ def test_rules_read_like_the_guide() -> None:
     assert not operator.allows("core", "obleth.core", "slurmsettings", "change_slurmsettings")
     assert not role("viewer").allows("auth", "django.contrib.auth", "user", "view_user")
     assert role("admin").allows("auth", "django.contrib.auth", "user", "change_user")
+
+
+def test_the_legacy_isoperator_class_checks_model_permissions() -> None:
+    """Views written against the old name (e.g. another app's) get model permissions, not a
+    staff-only check."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.generics import ListCreateAPIView
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from obleth.api.auth import IsOperator
+    from obleth.api.serializers import ModelSerializer
+    from obleth.core.models import Model
+
+    class Legacy(ListCreateAPIView):  # type: ignore[type-arg]
+        queryset = Model.objects.all()
+        serializer_class = ModelSerializer
+        permission_classes = [IsOperator]
+        filter_backends: list[object] = []
+
+    view = Legacy.as_view()
+    factory = APIRequestFactory()
+
+    def call(method: str, user: object) -> int:
+        request = getattr(factory, method)("/x", {"name": "legacy-m"}, format="json")
+        force_authenticate(request, user=user)
+        return int(view(request).status_code)
+
+    users = {}
+    for name, group in (("none", None), ("viewer", "viewer"), ("admin", "admin")):
+        user = get_user_model().objects.create_user(f"legacy-{name}", password="x", is_staff=True)
+        if group:
+            user.groups.add(Group.objects.get(name=group))
+        users[name] = get_user_model().objects.get(pk=user.pk)
+    assert call("get", users["none"]) == 403
+    assert call("get", users["viewer"]) == 200
+    assert call("post", users["viewer"]) == 403
+    assert call("post", users["admin"]) == 201
+
+
+def test_secret_fields_are_recognised_by_kind_and_name() -> None:
+    from django.db import models
+
+    from obleth.accounts.audit import is_secret_field
+    from obleth.core.models import Endpoint, SlurmSettings
+
+    assert is_secret_field(SlurmSettings._meta.get_field("jwt"))  # type: ignore[arg-type]
+    assert is_secret_field(SlurmSettings._meta.get_field("hf_token"))  # type: ignore[arg-type]
+    assert is_secret_field(Endpoint._meta.get_field("api_key"))  # type: ignore[arg-type]
+    for name in ("digest", "token_hash", "key_digest", "password", "client_secret"):
+        field = models.CharField(max_length=64)
+        field.name = name
+        assert is_secret_field(field), name
+    for name in ("prefix", "name", "api_base", "cache_dir", "setup"):
+        field = models.CharField(max_length=64)
+        field.name = name
+        assert not is_secret_field(field), name
