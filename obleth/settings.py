@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "obleth.core",
     "obleth.api",
     "obleth.gateway",
+    "obleth.accounts",
     "provisioner",
 ]
 
@@ -79,6 +80,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "obleth.accounts.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -128,10 +130,10 @@ REDIS_URL = env_str("OBLETH_REDIS_URL") or env_str("REDIS_URL") or "redis://127.
 # ----------------------------------------------------------------------------- REST API
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "obleth.api.auth.AdminTokenAuthentication",
+        "obleth.api.auth.BearerAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["obleth.api.auth.IsOperator"],
+    "DEFAULT_PERMISSION_CLASSES": ["obleth.api.permissions.ModelPermissions"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "obleth.api.pagination.OblethPagination",

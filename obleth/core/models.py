@@ -282,6 +282,12 @@ class ManagedSpec(TimestampedModel):
 
     class Meta:
         verbose_name = "managed spec"
+        # Action permissions (roles: obleth.accounts.roles). Shell = the lines a job runs.
+        permissions = (
+            ("deploy", "Can deploy a model (create its managed spec)"),
+            ("dismiss_error", "Can dismiss a provision error"),
+            ("change_launch_script", "Can change a spec's shell: script, preamble, command, image"),
+        )
 
     def __str__(self) -> str:
         return f"spec of {self.model_id}"
@@ -335,6 +341,10 @@ class Replica(models.Model):
 
     class Meta:
         ordering: ClassVar[list[str]] = ["model_name", "created_at"]
+        permissions = (
+            ("restart_replica", "Can restart a replica"),
+            ("clear_lost", "Can clear a model's lost replicas"),
+        )
 
     def __str__(self) -> str:
         return f"{self.model_name} job {self.job_id or '(not submitted)'}"

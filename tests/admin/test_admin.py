@@ -12,6 +12,8 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
+from obleth.accounts.models import ApiToken, AuditEntry
+from obleth.accounts.services import create_token
 from obleth.core import services
 from obleth.core.models import (
     Alert,
@@ -67,6 +69,10 @@ def objects(admin_user: Any) -> dict[type, Any]:
         Lease: Lease.objects.create(name="model:x", owner="w1", expires_at=timezone.now()),
         Group: Group.objects.create(name="operators"),
         type(admin_user): admin_user,
+        ApiToken: create_token(admin_user, "admin page test").token,
+        AuditEntry: AuditEntry.objects.create(
+            actor_name="someone", via="admin", action="update", app_label="core", model="model"
+        ),
     }
 
 

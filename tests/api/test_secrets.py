@@ -62,6 +62,15 @@ def world(api_client: Any, caplog: Any) -> dict[str, Any]:
     recipe = Recipe.objects.create(name="r", body=GOOD_RECIPE)
     alert = Alert.objects.create(key="k", title="t")
     bodies = [settings_put.content, created.content]
+    from django.contrib.auth import get_user_model
+
+    from obleth.accounts.models import AuditEntry
+    from obleth.accounts.services import create_token
+
+    owner = get_user_model().objects.create_user("token-owner", password="x", is_staff=True)
+    token = create_token(owner, "secrets test").token
+    audit = AuditEntry.objects.filter(model="slurmsettings").first()
+    assert audit is not None  # the settings PUT above was recorded, secrets masked
     return {
         "secrets": [
             *_secret_pieces(jwt_token),
@@ -77,6 +86,8 @@ def world(api_client: Any, caplog: Any) -> dict[str, Any]:
             "launch": launch.pk,
             "recipe": recipe.pk,
             "alert": alert.pk,
+            "token": token.pk,
+            "audit": audit.pk,
         },
         "endpoint_model": static.pk,
     }
