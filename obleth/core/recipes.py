@@ -18,6 +18,31 @@ and the cluster defaults ``cluster.cache``, ``cluster.images``, ``cluster.logs``
 ``cluster.setup``, ``image.<engine>`` (also spelled ``cluster.image.<engine>``). Anything else,
 including shell ``${...}`` and ``$(...)``, is left as written, and substituted text is never
 scanned again.
+
+Values are data, never shell code (the design, in full in :mod:`obleth.core.recipe_shell`):
+
+- A value of inert characters only (letters, digits, ``_ @ % + = : , . / -``; every usual
+  model id, folder, number) is written where its token is, so a script reads as it always did.
+- Any other value is assigned once, single-quoted, to a variable at the top of the script
+  (``OBLETH_INPUT_<name>=...``, ``OBLETH_VALUE_API_MODEL_NAME=...``, ``OBLETH_CLUSTER_CACHE=...``)
+  and the token becomes a reference to it, written for where the token sits: ``"${X}"`` for a
+  bare word, ``${X}`` inside ``"..."``, ``'"${X}"'`` inside ``'...'``; a bare ``text`` input
+  becomes ``"${X[@]}"``, the words the operator typed, split like a command line, never expanded.
+  Bash never re-reads an expanded variable as code, so quoting cannot go wrong wherever the
+  token is; only arithmetic (``$((...))``) would, and there a non-inert value is refused.
+- Every value that reaches the script (inputs, the API model name, cluster defaults) is refused
+  when it holds NUL or control characters, a line break, ``#SBATCH`` or more than 4096
+  characters; numbers, choices, flags and paths are checked against their type. The error names
+  the input (``inputs.<name>``) and the fix. ``{{...}}`` typed in a value is text, never filled
+  in (a cluster token there is refused with a hint); only the recipe's own defaults take
+  cluster defaults.
+- ``{{cluster.setup}}`` is the operator's own shell lines, inserted as written by design: it is
+  an admin-only setting (validated when saved: no NUL, no ``#SBATCH`` lines).
+- ``#SBATCH`` lines are read from the script as written (a ``{{token}}`` in one is refused), and
+  :func:`deploy` lifts placement from that text, never the rendered one; :func:`render` also
+  refuses a result whose ``#SBATCH`` lines differ from the recipe's.
+- The YAML header is read with anchors and aliases refused, at most 16 levels deep and 64 KB; a
+  whole recipe is at most 256 KB.
 """
 
 from __future__ import annotations
