@@ -151,9 +151,7 @@ class SlurmSettings(models.Model):
     jwt = encrypt(models.TextField(blank=True, default=""))
     hf_token = encrypt(models.TextField(blank=True, default=""))
     cache_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
-    images_dir = models.CharField(
-        max_length=500, blank=True, validators=[v.validate_cluster_dir]
-    )
+    images_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
     log_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
     setup = models.TextField(
         blank=True,

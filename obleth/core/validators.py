@@ -194,7 +194,8 @@ def validate_cluster_dir(value: str) -> None:
     text = value.strip()
     if not text.startswith("/"):
         raise ValidationError(
-            f"{text!r} is relative: give an absolute folder on shared storage, e.g. /scratch/obleth."
+            f"{text!r} is relative: give an absolute folder on shared storage, e.g. "
+            "/scratch/obleth."
         )
     bad = sorted({ch for ch in text if ch in _CLUSTER_SPECIAL})
     if bad:
