@@ -1091,6 +1091,11 @@ def _input_problem(inp: RecipeInput, value: str, source: str) -> str | None:
             f"{named}: a path cannot start with '-' (the program would read it as an option); "
             "give a folder or image path such as /scratch/models."
         )
+    elif inp.type == "path" and value.startswith("~"):
+        return (
+            f"{named}: '~' is not expanded in a value (and the job's home may differ); give the "
+            "absolute folder, e.g. /home/me/models."
+        )
     return None
 
 
@@ -1158,6 +1163,16 @@ def _builtin(token: str, api_model_name: str) -> str | None:
 _KEEP = object()  # leave the token as written (a missing value, in review mode)
 
 
+def _api_model_name_problem(name: str) -> str | None:
+    problem = value_problem(name)
+    if problem is None and any(_is_cluster_token(m.group(1)) for m in _TOKEN_RE.finditer(name)):
+        problem = (
+            "is used as typed, so a cluster token in it would not be filled in: give the name "
+            "the server answers to."
+        )
+    return f"`api_model_name` {problem}".rstrip(".") if problem else None
+
+
 def _cluster_problem(token: str, value: str) -> str | None:
     problem = value_problem(value)
     if problem is None:
@@ -1209,6 +1224,9 @@ def render(
     effective = _effective_values(parsed, values, defaults, node_count)
     problems: dict[str, str] = {}
     shell = ShellValues()
+    name_problem = _api_model_name_problem(api_model_name)
+    if name_problem:  # checked even when the script does not use it: it is stored with the model
+        problems["api_model_name"] = name_problem
 
     def resolve(token: str) -> tuple[str, str, bool] | str | object:
         """(variable, value, words) for a value; str for shell text; _KEEP to keep it."""
@@ -1240,6 +1258,8 @@ def render(
                 problems[f"inputs.{token}"] = problem.rstrip(".")
                 return _KEEP
             return (f"OBLETH_INPUT_{token}", value, inp.type == "text")
+        if token == "api_model_name" and name_problem:
+            return _KEEP
         builtin = _builtin(token, api_model_name)
         if builtin is not None:
             problem = value_problem(builtin)
