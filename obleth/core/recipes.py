@@ -1518,7 +1518,7 @@ def deploy(
     recipe_text: str,
     model_name: str,
     overrides: Mapping[str, Any],
-    cluster: SlurmSettings | None,
+    cluster: SlurmSettings | Mapping[str, Any] | ClusterDefaults | None,
     recipe: Recipe | None = None,
 ) -> Model:
     """Create a Slurm-hosted model and its managed spec from a recipe, in one transaction.

@@ -3,6 +3,8 @@ in ``#SBATCH`` lines (directives are read as written)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.core.exceptions import ValidationError
 
@@ -145,7 +147,7 @@ def test_deploy_refuses_nul_in_every_text_field() -> None:
         "partition: p\ninputs:\n  - name: model\n    required: true\n",
         "#!/bin/bash\nrun {{model}}\n",
     )
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"name": "a\x00b"}, "name"),
         ({"overrides": {"partition": "p\x00"}}, "partition"),
         ({"overrides": {"script_body": "#!/bin/bash\n\x00\n"}}, "script_body"),

@@ -413,7 +413,7 @@ def test_deploy_with_hostile_values_stores_the_recipes_placement(slug: str) -> N
             own.get("qos", ""),
             own.get("nodes", 1),
         )
-        assert spec.launcher_spec["api_model_name"] == value
+        assert (spec.launcher_spec or {})["api_model_name"] == value
         assert "\n" + SBATCH_LINE not in spec.script_body
 
 
