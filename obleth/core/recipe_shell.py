@@ -306,6 +306,7 @@ def _skip_heredocs(
 class ShellValues:
     """The variables a rendered script assigns at its top, and the references to them."""
 
+    arrays: bool = True  # False when the script's shell is not bash (POSIX sh has no arrays)
     assignments: dict[str, str] = field(default_factory=dict)  # variable -> assignment line
     _values: dict[str, str] = field(default_factory=dict)  # variable -> value it holds
 
@@ -340,6 +341,12 @@ class ShellValues:
             )
         if context == BARE:
             if words:
+                if not self.arrays:
+                    raise ValueError(
+                        "would be split into words, which needs bash: start the recipe's script "
+                        "with #!/bin/bash, or use only letters, digits, spaces and _ @ % + = : , "
+                        ". / - in the value"
+                    )
                 try:
                     shlex.split(value)
                 except ValueError:

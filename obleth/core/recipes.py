@@ -1223,7 +1223,10 @@ def render(
     inputs = {i.name: i for i in parsed.inputs}
     effective = _effective_values(parsed, values, defaults, node_count)
     problems: dict[str, str] = {}
-    shell = ShellValues()
+    body = normalize_newlines(parsed.script if script is None else script)
+    shebang = body.split("\n", 1)[0]
+    # No shebang: the provisioner adds #!/bin/bash (provisioner/script.py).
+    shell = ShellValues(arrays=not shebang.startswith("#!") or "bash" in shebang)
     name_problem = _api_model_name_problem(api_model_name)
     if name_problem:  # checked even when the script does not use it: it is stored with the model
         problems["api_model_name"] = name_problem
@@ -1322,7 +1325,6 @@ def render(
             return str(outcome[1])
         return str(outcome)
 
-    body = normalize_newlines(parsed.script if script is None else script)
     rendered = substitute(body)
     header_lines = shell.lines()
     if parsed.env:

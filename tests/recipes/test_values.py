@@ -291,3 +291,18 @@ def test_a_flag_that_adds_a_directive_is_refused() -> None:
     with pytest.raises(RecipeError) as info:
         render(parsed, cluster=None, values={"f": "on"}, api_model_name="m", strict=True)
     assert "script" in info.value.errors and "#SBATCH" in info.value.errors["script"]
+
+
+def test_words_need_bash() -> None:
+    parsed = parse_recipe(with_header(HEADER, '#!/bin/sh\nrun {{flags}} "{{name}}"\n'))
+    out = render(
+        parsed,
+        cluster=None,
+        values={"flags": "--a b", "name": "a b"},
+        api_model_name="m",
+        strict=True,
+    )
+    assert 'run --a b "${OBLETH_INPUT_name}"' in out
+    with pytest.raises(RecipeError) as info:
+        render(parsed, cluster=None, values={"flags": "--a 'b c'"}, api_model_name="m", strict=True)
+    assert "needs bash" in info.value.errors["inputs.flags"]
