@@ -26,15 +26,18 @@ bare, text input   ``"${OBLETH_INPUT_x[@]}"`` (an array)    the words the operat
 inside ``"..."``   ``${OBLETH_INPUT_x}``                    the value, literally, in that word
 inside ``'...'``   ``'"${OBLETH_INPUT_x}"'``                the value, literally, in that word
 ``$((...))``       refused unless the value is inert        (arithmetic would run ``a[$(..)]``)
+``${a[...]}``      refused unless the value is inert        (an index is arithmetic too)
 anything else      ``${OBLETH_INPUT_x}``                    the value, literally
 =================  ======================================  ===================================
 
 Safety does not rest on the lexer being right: each reference above is a plain parameter
-expansion, which is inert in every context, so a wrong guess can at worst split a value into
-words or show it as ``${...}`` text, never run it. What the lexer cannot protect is a recipe
-that hands a value to a second shell on purpose (``eval``, ``bash -c "{{x}}"``, ``[[ {{x}} -eq
-1 ]]``): recipes must not do that, and the canary test (tests/security/test_recipe_canary.py)
-runs every library recipe with hostile values to prove they don't.
+expansion, which bash never parses again, so a wrong guess can at worst split a value into
+words or show it as ``${...}`` text, never run it. What no quoting can protect is a recipe that
+hands a value to a second parser on purpose: ``eval``, ``bash -c "{{x}}"``, ``ssh host
+{{x}}``, or arithmetic the lexer does not see (``let``, ``declare -i``, ``[[ {{x}} -eq 1 ]]``,
+which evaluate ``a[$(...)]``). Recipes must not do that (give numbers the ``number`` type, which
+only takes numbers), and the canary test (tests/security/test_recipe_canary.py) runs every
+library recipe with hostile values to prove they don't.
 
 Refused everywhere (:func:`value_problem`): NUL and other control characters, line breaks
 (a value is one line; a newline is how a value would add a command or a ``#SBATCH`` line),
@@ -102,17 +105,19 @@ def value_problem(value: str) -> str | None:
 
 @dataclass
 class _Frame:
-    kind: str  # top, cmd, dq, sq, ansi, param, arith, bq, comment
+    kind: str  # top, cmd, dq, sq, ansi, param, subscript, arith, bq, comment
     depth: int = 0  # open parentheses inside cmd / arith
 
 
 def _bare_like(stack: list[_Frame], index: int) -> bool:
     """Quote characters work normally at stack[index] (top level, $(...), or ${...} there)."""
-    frame = stack[index]
-    if frame.kind in ("top", "cmd", "comment"):
-        return True
-    if frame.kind == "param":
-        return index > 0 and _bare_like(stack, index - 1)
+    while index >= 0:
+        kind = stack[index].kind
+        if kind in ("top", "cmd", "comment"):
+            return True
+        if kind != "param":
+            return False
+        index -= 1  # ${...} takes the quoting rules of where it sits
     return False
 
 
@@ -127,7 +132,7 @@ def _context(stack: list[_Frame]) -> str:
         return DQ if below_ok else OTHER
     if top.kind == "sq":
         return SQ if below_ok else OTHER
-    if top.kind == "arith":
+    if top.kind in ("arith", "subscript"):
         return ARITH
     return OTHER
 
@@ -227,8 +232,15 @@ def token_contexts(text: str, token_re: re.Pattern[str]) -> dict[int, str]:
                 top.depth = max(0, top.depth - 1)
             i += 1
             continue
+        if kind == "subscript":  # ${name[...]}: an index is arithmetic
+            if c == "]":
+                stack.pop()
+            i += 1
+            continue
         if kind == "param":
-            if c == "}":
+            if c == "[":
+                stack.append(_Frame("subscript"))
+            elif c == "}":
                 stack.pop()
             elif c == '"':
                 stack.append(_Frame("dq"))

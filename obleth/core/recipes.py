@@ -1091,6 +1091,11 @@ def _input_problem(inp: RecipeInput, value: str, source: str) -> str | None:
             f"{named}: a path cannot start with '-' (the program would read it as an option); "
             "give a folder or image path such as /scratch/models."
         )
+    elif inp.type == "path" and "," in value:
+        return (
+            f"{named}: a path cannot hold ',' (apptainer --bind and --env read it as a list "
+            "separator); rename the folder or give another one."
+        )
     elif inp.type == "path" and value.startswith("~"):
         return (
             f"{named}: '~' is not expanded in a value (and the job's home may differ); give the "

@@ -49,7 +49,23 @@ CONTEXT_TABLE = [
     ("X=1 # it's here\nrun '{{x}}'", SQ),
     ("case $a in b) run {{x}};; esac", BARE),
     ("echo $# {{x}}", BARE),
+    ("echo ${arr[{{x}}]}", ARITH),
+    ('echo "${arr[{{x}}]}"', ARITH),
+    ("echo ${arr[1]} {{x}}", BARE),
 ]
+
+
+def test_deep_nesting_does_not_recurse() -> None:
+    text = "${" * 50_000 + "{{x}}"
+    contexts = token_contexts(text, _TOKEN_RE)
+    assert list(contexts.values()) == [BARE]
+
+
+def test_a_path_holds_no_comma_or_leading_dash_or_tilde() -> None:
+    parsed = parse_recipe(with_header(HEADER, 'run "{{name}}"\n'))
+    for bad, phrase in (("/a,/b", "','"), ("-rf", "'-'"), ("~/m", "'~'")):
+        errors = validate_inputs(parsed, {"name": bad})
+        assert phrase in errors["name"] and "`name`" in errors["name"]
 
 
 @pytest.mark.parametrize(("text", "expected"), CONTEXT_TABLE, ids=[r[0] for r in CONTEXT_TABLE])
