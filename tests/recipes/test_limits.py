@@ -168,3 +168,25 @@ def test_deploy_refuses_nul_in_every_text_field() -> None:
             )
         assert field in info.value.message_dict, (field, info.value.message_dict)
     assert Model.objects.count() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "phrase"),
+    [
+        (BOMB, "anchors and aliases"),
+        (doc(script="#!/bin/bash\necho a\x00b\n"), "NUL"),
+        (
+            with_header("inputs:\n  - name: p\n", "#!/bin/bash\n#SBATCH -p {{p}}\necho\n"),
+            "read as written",
+        ),
+    ],
+)
+def test_api_refuses_a_bad_recipe_body_with_400(api_client: Any, body: str, phrase: str) -> None:
+    response = api_client.post(
+        "/api/v1/recipes", {"name": "bad", "body": body, "author": "me"}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    text = response.content.decode()
+    assert "body" in text and (phrase in text or "Null characters" in text), text
+    assert not Recipe.objects.exists()
