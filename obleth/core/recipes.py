@@ -1260,7 +1260,8 @@ def render(
             if missing and source != "override":
                 for name in missing:
                     problems[name] = _cluster_hint(name)
-                return value  # the recipe's own default, shown with its unset token
+                # Review mode shows the recipe's own default text, tokens and all.
+                return inp.by_nodes.get(node_count, inp.default)
             problem = _input_problem(inp, value, source)
             if problem:
                 problems[f"inputs.{token}"] = problem.rstrip(".")
@@ -1331,12 +1332,11 @@ def render(
         return str(outcome)
 
     rendered = substitute(body)
-    header_lines = shell.lines()
-    if parsed.env:
-        header_lines += [
-            f"export {key}={shlex.quote(_TOKEN_RE.sub(raw_value, value))}"
-            for key, value in parsed.env.items()
-        ]
+    exports = [
+        f"export {key}={shlex.quote(_TOKEN_RE.sub(raw_value, value))}"
+        for key, value in parsed.env.items()
+    ]
+    header_lines = [*shell.lines(), *exports]
     if header_lines:
         rendered = _insert_after_directives(rendered, header_lines)
     if [ln.text for ln in lift_sbatch_lines(rendered)] != [
