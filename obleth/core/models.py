@@ -150,13 +150,21 @@ class SlurmSettings(models.Model):
     user = models.CharField(max_length=100, blank=True, help_text="Sent as X-SLURM-USER-NAME.")
     jwt = encrypt(models.TextField(blank=True, default=""))
     hf_token = encrypt(models.TextField(blank=True, default=""))
-    cache_dir = models.CharField(max_length=500, blank=True)
-    images_dir = models.CharField(max_length=500, blank=True)
-    log_dir = models.CharField(max_length=500, blank=True)
+    cache_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
+    images_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
+    log_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
     setup = models.TextField(
-        blank=True, help_text="Shell lines recipes insert at {{cluster.setup}}."
+        blank=True,
+        validators=[v.validate_cluster_setup],
+        help_text="Shell lines recipes insert at {{cluster.setup}}; they run as shell in every "
+        "job (admin-only).",
     )
-    images = models.JSONField(default=dict, blank=True, help_text="Engine name -> image path.")
+    images = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[v.validate_cluster_images],
+        help_text="Engine name -> image path.",
+    )
     node_addresses = models.JSONField(
         default=dict,
         blank=True,
