@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('core', '0005_auth_failure_window'),
+        ('core', '0006_action_permissions'),
     ]
 
     operations = [
