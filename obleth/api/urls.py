@@ -10,6 +10,7 @@ from rest_framework.routers import SimpleRouter
 
 from obleth.api import schema, views
 from obleth.api.auth import IsOperator
+from obleth.gateway.api import GatewayKeyViewSet
 
 app_name = "api"
 
@@ -34,6 +35,7 @@ router.register("replicas", views.ReplicaViewSet, basename="replica")
 router.register("deployments/launches", views.LaunchViewSet, basename="launch")
 router.register("recipes", views.RecipeViewSet, basename="recipe")
 router.register("alerts", views.AlertViewSet, basename="alert")
+router.register("gateway-keys", GatewayKeyViewSet, basename="gateway-key")
 
 v1: list[URLPattern | URLResolver] = [
     re_path(
