@@ -22,6 +22,8 @@ from obleth.core.models import Model
 from obleth.gateway import keys
 from obleth.gateway.models import GatewayKey
 
+UUID_RE = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+
 
 def _actor(request: Request) -> str:
     user = request.user
@@ -116,6 +118,7 @@ class GatewayKeyViewSet(viewsets.ModelViewSet[GatewayKey]):
     queryset = GatewayKey.objects.prefetch_related("allowed_models").order_by("name", "id")
     serializer_class = GatewayKeySerializer
     permission_classes = [IsOperator]
+    lookup_value_regex = UUID_RE
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)

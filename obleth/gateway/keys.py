@@ -22,6 +22,7 @@ import re
 import secrets
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -169,7 +170,7 @@ def revoke_key(key: GatewayKey, actor: str = "") -> bool:
 class KeyEntry:
     """A key as the request path needs it (no ORM object)."""
 
-    id: int | None  # None: a static key from OBLETH_GATEWAY_API_KEYS
+    id: uuid.UUID | None  # None: a static key from OBLETH_GATEWAY_API_KEYS
     name: str
     prefix: str
     models: frozenset[str] | None  # None: every model
@@ -218,7 +219,7 @@ class KeyTable:
 _lock = threading.Lock()
 _table: KeyTable | None = None
 _touch_lock = threading.Lock()
-_touched: dict[int, float] = {}
+_touched: dict[uuid.UUID, float] = {}
 
 
 def _cache_secs() -> float:

@@ -7,6 +7,8 @@ docs/gateway-keys.md.
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 from django.utils import timezone
 
@@ -16,6 +18,7 @@ from obleth.core.models import Model
 class GatewayKey(models.Model):
     """One client credential for the OpenAI-compatible gateway."""
 
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(
         max_length=200, help_text="Who or what uses this key (a team, an application)."
     )
