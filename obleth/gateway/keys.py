@@ -218,6 +218,8 @@ class KeyTable:
 
 _lock = threading.Lock()
 _table: KeyTable | None = None
+_rebuilding = False
+_generation = 0  # bumped by invalidate_keys: a rebuild begun before it is not kept
 _touch_lock = threading.Lock()
 _touched: dict[uuid.UUID, float] = {}
 
@@ -233,21 +235,26 @@ def build_key_table() -> KeyTable:
     by_digest: dict[str, KeyEntry] = {}
     for static in settings.OBLETH_GATEWAY_API_KEYS:
         by_digest[digest_of(static)] = KeyEntry(None, STATIC_NAME, "static", None, None, False)
+    allowed: dict[uuid.UUID, set[str]] = {}
+    through = GatewayKey.allowed_models.through
+    for key_id, model_name in through.objects.values_list("gatewaykey_id", "model__name"):
+        allowed.setdefault(key_id, set()).add(model_name)
     has_unexpiring = False
     latest: dt.datetime | None = None
-    for key in GatewayKey.objects.prefetch_related("allowed_models").only(
+    rows = GatewayKey.objects.values_list(
         "id", "name", "prefix", "digest", "expires_at", "revoked_at"
-    ):
-        names = frozenset(m.name for m in key.allowed_models.all())
+    )
+    for key_id, name, prefix, digest, expires_at, revoked_at in rows:
+        models = allowed.get(key_id)
         entry = KeyEntry(
-            id=key.pk,
-            name=key.name,
-            prefix=key.prefix,
-            models=names or None,
-            expires_at=key.expires_at,
-            revoked=key.revoked_at is not None,
+            id=key_id,
+            name=name,
+            prefix=prefix,
+            models=frozenset(models) if models else None,
+            expires_at=expires_at,
+            revoked=revoked_at is not None,
         )
-        by_digest.setdefault(key.digest, entry)  # a static key with the same value wins
+        by_digest.setdefault(digest, entry)  # a static key with the same value wins
         if not entry.revoked:
             if entry.expires_at is None:
                 has_unexpiring = True
@@ -271,21 +278,39 @@ def build_key_table() -> KeyTable:
 
 
 def get_key_table() -> KeyTable:
-    """The cached key table, rebuilt when older than the cache time."""
-    global _table
+    """The cached key table. When it is older than the cache time, one request rebuilds it while
+    the others keep using the old one (no request waits for another's rebuild); after
+    :func:`invalidate_keys` (a change in this process) every request waits for the new table."""
+    global _table, _rebuilding
+    table = _table
+    if table is not None and time.monotonic() - table.built_at < _cache_secs():
+        return table
     with _lock:
         table = _table
-        if table is None or time.monotonic() - table.built_at >= _cache_secs():
-            table = build_key_table()
-            _table = table
-        return table
+        if table is None:
+            table = _table = build_key_table()
+            return table
+        if _rebuilding or time.monotonic() - table.built_at < _cache_secs():
+            return table
+        _rebuilding = True
+        generation = _generation
+    try:
+        fresh = build_key_table()
+    finally:
+        with _lock:
+            _rebuilding = False
+    with _lock:
+        if _generation == generation:  # not invalidated meanwhile (else the next request builds)
+            _table = fresh
+        return fresh
 
 
 def invalidate_keys() -> None:
     """Drop the cached table: the next request reads the database again."""
-    global _table
+    global _table, _generation
     with _lock:
         _table = None
+        _generation += 1
 
 
 def touch(entry: KeyEntry) -> None:
