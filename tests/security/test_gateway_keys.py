@@ -15,6 +15,8 @@ import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
@@ -559,3 +561,72 @@ def test_x_api_key_alone_is_told_to_use_authorization(client: Client) -> None:
     response = client.get("/v1/models", HTTP_X_API_KEY=created.secret)
     assert response.status_code == 401
     assert "x-api-key" in error_of(response)["message"]
+
+
+def test_query_string_key_is_refused_in_open_mode_too(client: Client, settings: Any) -> None:
+    settings.OBLETH_GATEWAY_OPEN = True
+    response = client.get("/v1/models?api_key=obk_anything")
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "api_key_in_query"
+
+
+# ----------------------------------------------------------------------------- API edits
+
+
+def test_api_put_and_delete(api_client: Any, client: Client) -> None:
+    make_model(name="a")
+    keys.create_key("keeps-it-open")
+    created = api_client.post("/api/v1/gateway-keys", {"name": "k"}, format="json").json()
+    url = f"/api/v1/gateway-keys/{created['id']}"
+    put = api_client.put(url, {"name": "renamed", "models": ["a"]}, format="json")
+    assert put.status_code == 200 and put.json()["name"] == "renamed"
+    assert client.get("/v1/models", **bearer(created["secret"])).json()["data"][0]["id"] == "a"
+    assert api_client.patch(url, {"name": "x\ny"}, format="json").status_code == 400
+    assert api_client.delete(url).status_code == 204
+    assert client.get("/v1/models", **bearer(created["secret"])).status_code == 401
+    assert api_client.get("/api/v1/gateway-keys/not-a-uuid").status_code == 404
+
+
+# ----------------------------------------------------------------------------- the cache
+
+
+def test_one_request_rebuilds_a_stale_table_while_the_others_use_the_old_one(
+    settings: Any, monkeypatch: Any
+) -> None:
+    """The slow database is faked (a build that waits on an event); the cache logic is real."""
+    keys.create_key("k")
+    settings.OBLETH_GATEWAY_KEY_CACHE_MS = 0  # every table is stale from now on
+    old = keys.get_key_table()  # (the setting change dropped it; this one is built now)
+    entered, release = threading.Event(), threading.Event()
+    real_build = keys.build_key_table
+    built: list[keys.KeyTable] = []
+
+    def slow_build() -> keys.KeyTable:
+        entered.set()
+        release.wait(10)
+        table = real_build()
+        built.append(table)
+        return table
+
+    monkeypatch.setattr(keys, "build_key_table", slow_build)
+
+    def rebuild() -> None:
+        try:
+            keys.get_key_table()
+        finally:
+            connection.close()  # this thread's own connection
+
+    rebuilder = threading.Thread(target=rebuild)
+    rebuilder.start()
+    try:
+        assert entered.wait(10)
+        started = time.monotonic()
+        assert keys.get_key_table() is old  # served at once, not waiting for the rebuild
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()
+        rebuilder.join(10)
+    assert len(built) == 1
+    monkeypatch.setattr(keys, "build_key_table", real_build)
+    keys.invalidate_keys()
+    assert keys.get_key_table() is not old  # after a change in this process: a fresh table
