@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from obleth.core.models import AuthFailureWindow, Model
 from obleth.gateway.models import GatewayKey
+from obleth.logging import register_secret
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ def create_key(
         except IntegrityError:
             continue
         invalidate_keys()
+        register_secret(secret)
         log.info("gateway key %s (%s) created by %s", key.prefix, key.name, actor or "?")
         return CreatedKey(key, secret)
     raise RuntimeError("could not draw a unique gateway key prefix")
@@ -141,6 +143,7 @@ def ensure_key(name: str, secret: str, actor: str = "") -> tuple[GatewayKey, boo
             "The secret must be 'obk_' followed by 43 URL-safe characters, e.g. "
             "python3 -c 'import secrets; print(\"obk_\" + secrets.token_urlsafe(32))'."
         )
+    register_secret(secret)
     existing = GatewayKey.objects.filter(digest=digest_of(secret)).first()
     if existing is not None:
         return existing, False
@@ -234,6 +237,7 @@ def build_key_table() -> KeyTable:
     now = timezone.now()
     by_digest: dict[str, KeyEntry] = {}
     for static in settings.OBLETH_GATEWAY_API_KEYS:
+        register_secret(static)  # masked if it ever reaches a log line
         by_digest[digest_of(static)] = KeyEntry(None, STATIC_NAME, "static", None, None, False)
     allowed: dict[uuid.UUID, set[str]] = {}
     through = GatewayKey.allowed_models.through

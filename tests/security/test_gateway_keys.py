@@ -630,3 +630,14 @@ def test_one_request_rebuilds_a_stale_table_while_the_others_use_the_old_one(
     monkeypatch.setattr(keys, "build_key_table", real_build)
     keys.invalidate_keys()
     assert keys.get_key_table() is not old  # after a change in this process: a fresh table
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["api%00_key=x", "%ff%fe=1", "API_KEY", "x=" + "%0d%0a" * 1000, "&".join(["a=1"] * 2000)],
+    ids=["nul-name", "bad-utf8", "bare-name", "crlf", "too-many-fields"],
+)
+def test_hostile_query_strings_never_500(client: Client, query: str) -> None:
+    created = keys.create_key("k")
+    response = client.get(f"/v1/models?{query}", **bearer(created.secret))
+    assert response.status_code in (200, 400), (query[:40], response.status_code)
