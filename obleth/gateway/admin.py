@@ -64,7 +64,9 @@ class GatewayKeyAdmin(admin.ModelAdmin):
     @admin.display(description="models")
     def models_shown(self, obj: GatewayKey) -> str:
         names = sorted(m.name for m in obj.allowed_models.all())
-        return ", ".join(names) if names else "all models"
+        if not obj.models_limited:
+            return "all models"
+        return ", ".join(names) if names else "none (its models were deleted)"
 
     @admin.display(description="status")
     def status(self, obj: GatewayKey) -> str:
@@ -79,6 +81,10 @@ class GatewayKeyAdmin(admin.ModelAdmin):
             obj.created_by = str(getattr(request.user, "username", ""))[:200]
             request._gateway_key_secret = keys.issue_secret(obj)  # type: ignore[attr-defined]
         super().save_model(request, obj, form, change)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        keys.set_models(form.instance, form.cleaned_data.get("allowed_models") or [])
 
     def response_add(
         self, request: HttpRequest, obj: GatewayKey, post_url_continue: str | None = None

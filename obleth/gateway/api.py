@@ -41,6 +41,11 @@ class GatewayKeySerializer(serializers.ModelSerializer[GatewayKey]):
         help_text="Names of the models this key may call. Empty: every enabled model.",
     )
     status = serializers.SerializerMethodField(help_text="active, expired or revoked.")
+    models_limited = serializers.BooleanField(
+        read_only=True,
+        help_text="Whether the key may call only 'models' (false: every model). A limited key "
+        "whose models were all deleted may call none.",
+    )
 
     class Meta:
         model = GatewayKey
@@ -49,6 +54,7 @@ class GatewayKeySerializer(serializers.ModelSerializer[GatewayKey]):
             "name",
             "prefix",
             "models",
+            "models_limited",
             "expires_at",
             "status",
             "revoked_at",
@@ -132,6 +138,12 @@ class GatewayKeyViewSet(viewsets.ModelViewSet[GatewayKey]):
         )
         answer = CreatedGatewayKeySerializer(created.key, context={"secret": created.secret})
         return Response(answer.data, status=status.HTTP_201_CREATED, headers=_no_store())
+
+    def perform_update(self, serializer: GatewayKeySerializer) -> None:  # type: ignore[override]
+        models = serializer.validated_data.get("allowed_models")
+        key = serializer.save()
+        if models is not None:
+            keys.set_models(key, models)
 
     @extend_schema(summary="Revoke a gateway key (for good)", request=None)
     @action(detail=True, methods=["post"])

@@ -123,9 +123,8 @@ def authenticate(request: HttpRequest) -> Caller | HttpResponse:
     if entry.revoked:
         log.info("gateway: revoked key %s used from %s", entry.label, address)
         return _unauthorized(f"This gateway key ({entry.prefix}…) was revoked.", "revoked_api_key")
-    if entry.expired():
+    if entry.expires_at is not None and entry.expired():
         log.info("gateway: expired key %s used from %s", entry.label, address)
-        assert entry.expires_at is not None
         return _unauthorized(
             f"This gateway key ({entry.prefix}…) expired at {entry.expires_at.isoformat()}.",
             "expired_api_key",

@@ -116,7 +116,7 @@ def create_key(
         try:
             with transaction.atomic():
                 key.save()
-                key.allowed_models.set(list(models))
+                set_models(key, models)
         except IntegrityError:
             continue
         invalidate_keys()
@@ -124,6 +124,17 @@ def create_key(
         log.info("gateway key %s (%s) created by %s", key.prefix, key.name, actor or "?")
         return CreatedKey(key, secret)
     raise RuntimeError("could not draw a unique gateway key prefix")
+
+
+def set_models(key: GatewayKey, models: Iterable[Model]) -> None:
+    """Limit a saved key to these models; none given: every model. A limited key whose models are
+    all deleted later may call none (deleting a model never widens a key)."""
+    chosen = list(models)
+    key.allowed_models.set(chosen)
+    if key.models_limited != bool(chosen):
+        key.models_limited = bool(chosen)
+        key.save(update_fields=["models_limited"])
+    invalidate_keys()
 
 
 def issue_secret(key: GatewayKey) -> str:
@@ -246,15 +257,14 @@ def build_key_table() -> KeyTable:
     has_unexpiring = False
     latest: dt.datetime | None = None
     rows = GatewayKey.objects.values_list(
-        "id", "name", "prefix", "digest", "expires_at", "revoked_at"
+        "id", "name", "prefix", "digest", "models_limited", "expires_at", "revoked_at"
     )
-    for key_id, name, prefix, digest, expires_at, revoked_at in rows:
-        models = allowed.get(key_id)
+    for key_id, name, prefix, digest, limited, expires_at, revoked_at in rows:
         entry = KeyEntry(
             id=key_id,
             name=name,
             prefix=prefix,
-            models=frozenset(models) if models else None,
+            models=frozenset(allowed.get(key_id, ())) if limited else None,
             expires_at=expires_at,
             revoked=revoked_at is not None,
         )

@@ -37,6 +37,11 @@ class GatewayKey(models.Model):
         related_name="gateway_keys",
         help_text="The models this key may call (none selected: all).",
     )
+    models_limited = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="Limited to its models (if they are all deleted: to none).",
+    )
     expires_at = models.DateTimeField(
         null=True, blank=True, help_text="After this time the key is refused. Empty: never."
     )

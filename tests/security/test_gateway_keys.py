@@ -344,6 +344,36 @@ def test_allowed_models_limit_listing_and_calls(client: Client) -> None:
     assert chat(client, "b", **bearer(everything.secret)).status_code == 503
 
 
+def test_deleting_a_keys_only_model_never_widens_it(client: Client, api_client: Any) -> None:
+    only = make_model(name="only")
+    make_model(name="other")
+    limited = keys.create_key("limited", models=[only])
+    only.delete()
+    assert client.get("/v1/models", **bearer(limited.secret)).json()["data"] == []
+    assert client.get("/v1/models/other", **bearer(limited.secret)).status_code == 403
+    shown = api_client.get(f"/api/v1/gateway-keys/{limited.key.pk}").json()
+    assert shown["models"] == [] and shown["models_limited"] is True
+    # clearing the list on purpose (PATCH models: []) is what opens a key to every model
+    api_client.patch(f"/api/v1/gateway-keys/{limited.key.pk}", {"models": []}, format="json")
+    assert client.get("/v1/models/other", **bearer(limited.secret)).status_code == 200
+
+
+def test_admin_edit_of_models_limits_the_key(admin_client: Client, client: Client) -> None:
+    a = make_model(name="model-alpha")
+    make_model(name="model-beta")
+    created = keys.create_key("k")
+    response = admin_client.post(
+        f"/admin/gateway/gatewaykey/{created.key.pk}/change/",
+        {"name": "k", "allowed_models": [str(a.pk)], "expires_at_0": "", "expires_at_1": ""},
+    )
+    assert response.status_code == 302, response.content[:3000]
+    assert client.get("/v1/models/model-beta", **bearer(created.secret)).status_code == 403
+    assert client.get("/v1/models/model-alpha", **bearer(created.secret)).status_code == 200
+    assert GatewayKey.objects.get().models_limited is True
+    listing = admin_client.get("/admin/gateway/gatewaykey/").content.decode()
+    assert '<td class="field-models_shown">model-alpha</td>' in listing
+
+
 def test_changing_a_keys_models_takes_effect_at_once(api_client: Any, client: Client) -> None:
     make_model(name="a")
     make_model(name="b")
