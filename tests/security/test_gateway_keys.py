@@ -671,3 +671,16 @@ def test_hostile_query_strings_never_500(client: Client, query: str) -> None:
     created = keys.create_key("k")
     response = client.get(f"/v1/models?{query}", **bearer(created.secret))
     assert response.status_code in (200, 400), (query[:40], response.status_code)
+
+
+def test_admin_add_form_renders_and_refuses_bad_names(admin_client: Client) -> None:
+    assert admin_client.get("/admin/gateway/gatewaykey/add/").status_code == 200
+    past = (timezone.now() - dt.timedelta(days=1)).strftime("%Y-%m-%d")
+    for data, message in (
+        ({"name": "two\nlines"}, "control character"),
+        ({"name": "ok", "expires_at_0": past, "expires_at_1": "00:00:00"}, "in the past"),
+    ):
+        response = admin_client.post("/admin/gateway/gatewaykey/add/", data)
+        assert response.status_code == 200
+        assert message in response.content.decode()
+    assert not GatewayKey.objects.exists()
