@@ -105,7 +105,7 @@ class GatewayKeyAdmin(admin.ModelAdmin):
         response["Cache-Control"] = "no-store"
         return response
 
-    @admin.action(description="Revoke selected gateway keys (for good)")
+    @admin.action(description="Revoke selected gateway keys (for good)", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[GatewayKey]) -> None:
         actor = str(getattr(request.user, "username", ""))
         done = sum(keys.revoke_key(key, actor) for key in queryset)

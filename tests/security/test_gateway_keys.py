@@ -684,3 +684,20 @@ def test_admin_add_form_renders_and_refuses_bad_names(admin_client: Client) -> N
         assert response.status_code == 200
         assert message in response.content.decode()
     assert not GatewayKey.objects.exists()
+
+
+def test_a_view_only_staff_user_cannot_revoke(client: Client) -> None:
+    from django.contrib.auth.models import Permission, User
+
+    viewer = User.objects.create_user("viewer", password="pw-viewer-123", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_gatewaykey"))
+    keys.create_key("keeps-it-open")
+    created = keys.create_key("victim")
+    client.force_login(viewer)
+    assert client.get("/admin/gateway/gatewaykey/").status_code == 200
+    client.post(
+        "/admin/gateway/gatewaykey/",
+        {"action": "revoke_selected", "_selected_action": [str(created.key.pk)]},
+    )
+    assert GatewayKey.objects.get(pk=created.key.pk).revoked_at is None
+    assert client.get("/admin/gateway/gatewaykey/add/").status_code == 403
