@@ -11,6 +11,9 @@
   ``gateway-key``): past the limit that address gets 429 with ``Retry-After``, the right key
   included, until the lockout ends. Each refusal logs one line naming the address, never the key.
 - The happy path costs no query: the key table and the lockouts come from the per-process cache.
+- :func:`check_credentials` is the decision, framework-neutral (any front door can call it with
+  the header, the client address and the query parameter names); :func:`authenticate` wraps it
+  for the Django views.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -60,41 +64,63 @@ def gateway_open() -> bool:
     return bool(getattr(settings, "OBLETH_GATEWAY_OPEN", False))
 
 
-def _unauthorized(message: str, code: str = "invalid_api_key") -> HttpResponse:
-    return openai_error(
-        401, message, code=code, headers={"WWW-Authenticate": 'Bearer realm="obleth"'}
-    )
+@dataclass(frozen=True)
+class Refusal:
+    """An authentication failure, as any front door answers it (OpenAI error shape)."""
+
+    status: int
+    message: str
+    code: str
+    kind: str = "invalid_request_error"
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def response(self) -> HttpResponse:
+        return openai_error(
+            self.status, self.message, kind=self.kind, code=self.code, headers=dict(self.headers)
+        )
 
 
-def _throttled(wait: int) -> HttpResponse:
-    return openai_error(
+def _unauthorized(message: str, code: str = "invalid_api_key") -> Refusal:
+    return Refusal(401, message, code, headers=(("WWW-Authenticate", 'Bearer realm="obleth"'),))
+
+
+def _throttled(wait: int) -> Refusal:
+    return Refusal(
         429,
         f"Too many failed gateway keys from this address: try again in {wait} s.",
+        "too_many_failed_keys",
         kind="rate_limit_error",
-        code="too_many_failed_keys",
-        headers={"Retry-After": str(wait)},
+        headers=(("Retry-After", str(wait)),),
     )
 
 
-def _query_key(request: HttpRequest) -> bool:
-    return any(name.lower() in QUERY_KEY_NAMES for name in request.GET)
+def check_credentials(
+    authorization: str,
+    *,
+    address: str,
+    path: str = "",
+    query_names: Iterable[str] = (),
+    has_x_api_key: bool = False,
+) -> Caller | Refusal:
+    """The whole decision for one /v1 request, independent of the web framework.
 
-
-def authenticate(request: HttpRequest) -> Caller | HttpResponse:
-    """The caller of a /v1 request, or the error answer to send instead."""
-    if _query_key(request):
+    ``authorization`` is the Authorization header ('' when absent), ``query_names`` the names of
+    the query-string parameters, ``address`` the client address. No query on the happy path
+    (cached key table); an unknown key costs the lockout bookkeeping (a few queries).
+    """
+    if any(name.lower() in QUERY_KEY_NAMES for name in query_names):
         log.warning(
             "gateway: refused a request from %s with a key in the query string (path %s); "
             "the key is not logged",
-            limits.client_address(request),
-            request.path,
+            address,
+            path,
         )
-        return openai_error(
+        return Refusal(
             400,
             "Do not put the key in the URL (query strings are logged by proxies and servers): "
             "send it as 'Authorization: Bearer <key>', and consider this key exposed: revoke it "
             "and create a new one.",
-            code="api_key_in_query",
+            "api_key_in_query",
         )
     if gateway_open():
         return OPEN_CALLER
@@ -104,15 +130,11 @@ def authenticate(request: HttpRequest) -> Caller | HttpResponse:
             "This gateway has no API key yet, so it refuses every request. " + HOW_TO_CREATE,
             code="no_gateway_keys",
         )
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _, supplied = str(header).partition(" ")
+    scheme, _, supplied = str(authorization).partition(" ")
     supplied = supplied.strip()
     if scheme.lower() != "bearer" or not supplied:
-        hint = (
-            " This gateway does not read 'x-api-key'." if request.META.get("HTTP_X_API_KEY") else ""
-        )
+        hint = " This gateway does not read 'x-api-key'." if has_x_api_key else ""
         return _unauthorized(f"Send your gateway key as 'Authorization: Bearer <key>'.{hint}")
-    address = limits.client_address(request)
     limits_key = f"ip:{address}"
     entry = table.lookup(supplied)
     if entry is None:
@@ -134,7 +156,19 @@ def authenticate(request: HttpRequest) -> Caller | HttpResponse:
     return Caller(entry)
 
 
-def _unknown_key(address: str, limits_key: str) -> HttpResponse:
+def authenticate(request: HttpRequest) -> Caller | HttpResponse:
+    """The caller of a /v1 request (Django views), or the error answer to send instead."""
+    decision = check_credentials(
+        str(request.META.get("HTTP_AUTHORIZATION", "")),
+        address=limits.client_address(request),
+        path=request.path,
+        query_names=request.GET.keys(),
+        has_x_api_key=bool(request.META.get("HTTP_X_API_KEY")),
+    )
+    return decision.response() if isinstance(decision, Refusal) else decision
+
+
+def _unknown_key(address: str, limits_key: str) -> Refusal:
     wait = limits.retry_after(keys.SCOPE, limits_key)
     if wait:
         return _throttled(wait)
