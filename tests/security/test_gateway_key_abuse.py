@@ -202,3 +202,18 @@ def test_hostile_query_strings_never_500(client: Client, query: str) -> None:
     created = keys.create_key("k")
     response = client.get(f"/v1/models?{query}", **bearer(created.secret))
     assert response.status_code in (200, 400), (query[:40], response.status_code)
+
+
+def test_the_decision_is_callable_without_django_requests() -> None:
+    """What another front door of /v1 (not a Django view) calls; the same rules apply."""
+    from obleth.gateway.auth import Caller, Refusal, check_credentials
+
+    created = keys.create_key("k", models=[])
+    ok = check_credentials(f"Bearer {created.secret}", address="192.0.2.9")
+    assert isinstance(ok, Caller) and ok.key is not None and ok.key.name == "k"
+    in_query = check_credentials("", address="192.0.2.9", query_names=["Api_Key"])
+    assert isinstance(in_query, Refusal) and in_query.status == 400
+    missing = check_credentials("", address="192.0.2.9", has_x_api_key=True)
+    assert isinstance(missing, Refusal) and missing.status == 401
+    assert "x-api-key" in missing.message
+    assert missing.response().status_code == 401
