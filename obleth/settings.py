@@ -199,8 +199,14 @@ OBLETH_MODEL_HEALTH_ENABLED = env_bool("OBLETH_MODEL_HEALTH_ENABLED", True)
 OBLETH_MODEL_HEALTH_INTERVAL_SECS = env_int("OBLETH_MODEL_HEALTH_INTERVAL_SECS", 900, minimum=1)
 OBLETH_MODEL_HEALTH_TIMEOUT_SECS = env_int("OBLETH_MODEL_HEALTH_TIMEOUT_SECS", 30, minimum=1)
 OBLETH_GATEWAY_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_TIMEOUT_SECS", 600, minimum=1)
-# Client keys for /v1 (comma separated). Unset: the gateway takes requests without a key.
+# Static client keys for /v1 (comma separated), accepted besides the gateway keys stored in the
+# database (admin, API, manage.py create_gateway_key). With neither, /v1 refuses every request
+# unless OBLETH_GATEWAY_OPEN=1 (then requests without a key are let in: labs only).
 OBLETH_GATEWAY_API_KEYS = env_list("OBLETH_GATEWAY_API_KEYS")
+OBLETH_GATEWAY_OPEN = env_bool("OBLETH_GATEWAY_OPEN", False)
+# How long a web process reuses its table of gateway keys (one query to rebuild): a revoked or
+# new key takes effect in every process within this time.
+OBLETH_GATEWAY_KEY_CACHE_MS = env_int("OBLETH_GATEWAY_KEY_CACHE_MS", 1000, minimum=0)
 # How long a web process reuses its routing table (two queries to rebuild). New endpoints are
 # routable in every process within this time.
 OBLETH_GATEWAY_ROUTE_CACHE_MS = env_int("OBLETH_GATEWAY_ROUTE_CACHE_MS", 500, minimum=0)

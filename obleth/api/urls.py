@@ -12,6 +12,7 @@ from rest_framework.routers import SimpleRouter
 from obleth.accounts import api as accounts_api
 from obleth.api import deploy, schema, views
 from obleth.api.auth import IsStaff
+from obleth.gateway.api import GatewayKeyViewSet
 
 app_name = "api"
 
@@ -38,6 +39,7 @@ router.register("recipes", views.RecipeViewSet, basename="recipe")
 router.register("alerts", views.AlertViewSet, basename="alert")
 router.register("tokens", accounts_api.ApiTokenViewSet, basename="token")
 router.register("audit", accounts_api.AuditEntryViewSet, basename="audit")
+router.register("gateway-keys", GatewayKeyViewSet, basename="gateway-key")
 
 v1: list[URLPattern | URLResolver] = [
     re_path(

@@ -27,6 +27,8 @@ from obleth.core.models import (
     Replica,
     SlurmSettings,
 )
+from obleth.gateway import keys
+from obleth.gateway.models import GatewayKey
 from tests.api.conftest import make_jwt
 from tests.api.test_launches_recipes_alerts import GOOD_RECIPE
 from tests.plugins.factories import make_endpoint, make_model, make_slurm_model
@@ -68,6 +70,7 @@ def objects(admin_user: Any) -> dict[type, Any]:
         Alert: Alert.objects.create(key="slurm_reconcile_held", title="reconciliation is failing"),
         Lease: Lease.objects.create(name="model:x", owner="w1", expires_at=timezone.now()),
         Group: Group.objects.create(name="operators"),
+        GatewayKey: keys.create_key("team", models=[static]).key,
         type(admin_user): admin_user,
         ApiToken: create_token(admin_user, "admin page test").token,
         AuditEntry: AuditEntry.objects.create(
