@@ -26,6 +26,7 @@ from obleth.core import services
 from obleth.core.choices import STATE_COLOURS, HostingMode, ReplicaState
 from obleth.core.models import (
     Alert,
+    AuthFailureWindow,
     Endpoint,
     Launch,
     Lease,
@@ -905,4 +906,23 @@ class LeaseAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Lease | None = None) -> bool:
+        return False
+
+
+@admin.register(AuthFailureWindow)
+class AuthFailureWindowAdmin(admin.ModelAdmin):
+    """Failed logins, API tokens and gateway keys per address or account. Deleting a row
+    unblocks that address or account at once (after an incident, or a colleague's typo)."""
+
+    list_display = ("scope", "key", "failures", "window_started_at", "blocked_until")
+    list_filter = ("scope",)
+    search_fields = ("key",)
+    readonly_fields = ("scope", "key", "failures", "window_started_at", "blocked_until")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: AuthFailureWindow | None = None
+    ) -> bool:
         return False

@@ -17,6 +17,7 @@ from obleth.accounts.services import create_token
 from obleth.core import services
 from obleth.core.models import (
     Alert,
+    AuthFailureWindow,
     Endpoint,
     Launch,
     Lease,
@@ -69,6 +70,9 @@ def objects(admin_user: Any) -> dict[type, Any]:
         ProvisionerStatus: ProvisionerStatus.load(),
         Alert: Alert.objects.create(key="slurm_reconcile_held", title="reconciliation is failing"),
         Lease: Lease.objects.create(name="model:x", owner="w1", expires_at=timezone.now()),
+        AuthFailureWindow: AuthFailureWindow.objects.create(
+            scope="admin-login", key="ip:203.0.113.7", failures=2, window_started_at=timezone.now()
+        ),
         Group: Group.objects.create(name="operators"),
         GatewayKey: keys.create_key("team", models=[static]).key,
         type(admin_user): admin_user,
