@@ -33,6 +33,7 @@ import contextlib
 import json
 import logging
 import time
+import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from django.conf import settings
 from django.http import HttpResponse
 
 from obleth.gateway import metrics
-from obleth.gateway.auth import client_keys
+from obleth.gateway.auth import Caller, Refusal, check_credentials
 from obleth.gateway.balancer import Balancer
 from obleth.gateway.proxy import (
     PASSED_HEADERS,
@@ -56,6 +57,7 @@ from obleth.gateway.proxy import (
 )
 from obleth.gateway.routing import RouteEndpoint, RouteModel, RouteTable
 from obleth.gateway.table import LiveTable
+from obleth.gateway.views import _method_not_allowed, _model_entry, _not_allowed, _not_found
 from obleth.logging import register_secret
 
 log = logging.getLogger("obleth.gateway.service")
@@ -294,6 +296,7 @@ class GatewayService:
             await self._healthz(send, request_id, outcome)
             return
         if path == "/metrics":
+            self._metrics_allowed(scope)
             page, content_type = metrics.render()
             outcome.status = 200
             await send(
@@ -307,12 +310,12 @@ class GatewayService:
             return
         if not path.startswith("/v1/") and path != "/v1":
             raise _Answer(openai_error(404, f"No route {path}; the gateway serves /v1/."))
-        self._authenticate(scope)
+        caller = await self._authenticate(scope)
         table = self._table()
         if path == "/v1/models" or path.startswith("/v1/models/"):
             if method not in ("GET", "HEAD"):
                 raise _Answer(_method_not_allowed("GET"))
-            await self._models(path, table, send, request_id, outcome)
+            await self._models(path, table, caller, send, request_id, outcome)
             return
         upstream_path = INFERENCE_PATHS.get(path)
         if upstream_path is None:
@@ -329,10 +332,37 @@ class GatewayService:
                     param="model",
                 )
             )
+        if not caller.allows(name):
+            raise _Answer(_not_allowed(name))
         route = table.get(name)
         if route is None:
             raise _Answer(_not_found(name))
         await self._forward(scope, receive, send, route, upstream_path, body, request_id, outcome)
+
+    def _metrics_allowed(self, scope: Scope) -> None:
+        """/metrics names models and endpoints: with OBLETH_METRICS_TOKEN set it needs that
+        bearer token; without, it answers only clients on this machine (loopback)."""
+        token = str(getattr(settings, "OBLETH_METRICS_TOKEN", "") or "")
+        if token:
+            import hmac
+
+            supplied = _header(scope, b"authorization").partition(" ")[2].strip()
+            if hmac.compare_digest(supplied.encode(), token.encode()):
+                return
+            raise _Answer(
+                openai_error(401, "Send 'Authorization: Bearer <OBLETH_METRICS_TOKEN>'.")
+            )
+        client = str((scope.get("client") or ("", 0))[0])
+        if client.startswith("127.") or client == "::1":
+            return
+        raise _Answer(
+            openai_error(
+                403,
+                "/metrics answers only this machine; set OBLETH_METRICS_TOKEN for a scraper "
+                "elsewhere.",
+                kind="permission_error",
+            )
+        )
 
     def _table(self) -> RouteTable:
         table = self.table.table
@@ -348,28 +378,26 @@ class GatewayService:
             )
         return table
 
-    def _authenticate(self, scope: Scope) -> None:
-        keys = client_keys()
-        if not keys:
-            return
-        header = _header(scope, b"authorization")
-        scheme, _, supplied = header.partition(" ")
-        supplied = supplied.strip()
-        ok = False
-        if scheme.lower() == "bearer" and supplied:
-            import hmac
+    async def _authenticate(self, scope: Scope) -> Caller:
+        """The caller, by the same decision as everywhere (:func:`check_credentials`).
 
-            for key in keys:
-                ok |= hmac.compare_digest(supplied.encode(), key.encode())
-        if not ok:
-            raise _Answer(
-                openai_error(
-                    401,
-                    "Send 'Authorization: Bearer <key>' with one of the gateway's API keys.",
-                    code="invalid_api_key",
-                    headers={"WWW-Authenticate": 'Bearer realm="obleth"'},
-                )
-            )
+        It runs in a thread: the key table is cached per process but rebuilt from the database
+        now and then, and an unknown key costs the lockout bookkeeping; neither may block the
+        event loop (nor may the ORM run in it)."""
+        query = bytes(scope.get("query_string", b"")).decode("latin-1")
+        names = [part.split("=", 1)[0] for part in query.split("&") if part]
+        client = scope.get("client") or ("unknown", 0)
+        decision = await asyncio.to_thread(
+            check_credentials,
+            _header(scope, b"authorization"),
+            address=str(client[0])[:100],
+            path=str(scope.get("path", "")),
+            query_names=[urllib.parse.unquote_plus(n) for n in names],
+            has_x_api_key=bool(_header(scope, b"x-api-key")),
+        )
+        if isinstance(decision, Refusal):
+            raise _Answer(decision.response())
+        return decision
 
     async def _healthz(self, send: Send, request_id: str, outcome: _Outcome) -> None:
         age = self.table.age_secs
@@ -391,15 +419,23 @@ class GatewayService:
         )
 
     async def _models(
-        self, path: str, table: RouteTable, send: Send, request_id: str, outcome: _Outcome
+        self,
+        path: str,
+        table: RouteTable,
+        caller: Caller,
+        send: Send,
+        request_id: str,
+        outcome: _Outcome,
     ) -> None:
         if path == "/v1/models":
             payload: dict[str, Any] = {
                 "object": "list",
-                "data": [_model_entry(route) for route in table.listed()],
+                "data": [_model_entry(r) for r in table.listed() if caller.allows(r.name)],
             }
         else:
-            name = path[len("/v1/models/") :]
+            name = path[len("/v1/models/") :]  # uvicorn has unquoted the path already
+            if not caller.allows(name):
+                raise _Answer(_not_allowed(name))
             route = table.get(name)
             if route is None:
                 raise _Answer(_not_found(name))
@@ -795,25 +831,6 @@ class _StreamRenamer:
     def flush(self) -> bytes:
         rest, self._pending = self._pending, b""
         return rewrite_sse_line(rest, self.client_name) if rest else b""
-
-
-def _model_entry(route: RouteModel) -> dict[str, Any]:
-    return {"id": route.name, "object": "model", "created": route.created, "owned_by": "obleth"}
-
-
-def _not_found(name: str) -> HttpResponse:
-    return openai_error(
-        404,
-        f"The model '{name}' does not exist or is disabled. GET /v1/models lists the models.",
-        param="model",
-        code="model_not_found",
-    )
-
-
-def _method_not_allowed(allowed: str) -> HttpResponse:
-    return openai_error(
-        405, f"Use {allowed} on this path.", code="method_not_allowed", headers={"Allow": allowed}
-    )
 
 
 def _too_large(limit: int) -> HttpResponse:

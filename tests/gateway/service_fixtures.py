@@ -73,6 +73,7 @@ def _env(**overrides: str) -> dict[str, str]:
                 f"{db['PORT'] or 5432}/{db['NAME']}"
             ),
             "OBLETH_GATEWAY_RELOAD_SECS": "1",
+            "OBLETH_GATEWAY_OPEN": "1",  # tests of keys set it to "0"
             "OBLETH_LOG_LEVEL": "INFO",
             "PYTHONPATH": str(ROOT),
         }

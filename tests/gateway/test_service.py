@@ -399,3 +399,55 @@ def test_sigterm_lets_a_stream_in_flight_finish(gateway_factory: Any, recorder: 
     assert '"n": 2' in out["r"].text
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the exit is "killed by SIGTERM".
     assert gw.process.wait(timeout=10) in (0, -signal.SIGTERM)
+
+
+def test_closed_by_default_and_keys_checked_like_the_django_gateway(
+    gateway_factory: Any, engine: Engine
+) -> None:
+    """The same decision as everywhere (obleth.gateway.auth.check_credentials): no key yet ->
+    401 saying how to make one; a key -> its models only; a key in the URL -> 400."""
+    from obleth.gateway import keys
+
+    alpha = make_model(name="alpha")
+    make_model(name="beta")
+    make_endpoint(alpha, api_base=engine.api_base)
+    gw = gateway_factory(OBLETH_GATEWAY_OPEN="0")
+    gw.settle()
+    r = chat(gw, "alpha")
+    assert r.status_code == 401
+    assert r.json()["error"]["code"] == "no_gateway_keys"
+    assert "create_gateway_key" in r.json()["error"]["message"]
+
+    secret = keys.create_key("team", models=[alpha]).secret
+    gw.settle()
+    auth = {"Authorization": f"Bearer {secret}"}
+    r = httpx.post(
+        gw.url + "/v1/chat/completions", json={**CHAT, "model": "alpha"}, headers=auth, timeout=10
+    )
+    assert r.status_code == 200, r.text
+    listed = httpx.get(gw.url + "/v1/models", headers=auth, timeout=5).json()["data"]
+    assert [m["id"] for m in listed] == ["alpha"]
+    r = httpx.post(
+        gw.url + "/v1/chat/completions", json={**CHAT, "model": "beta"}, headers=auth, timeout=10
+    )
+    assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+    r = httpx.post(gw.url + "/v1/chat/completions", json={**CHAT, "model": "alpha"}, timeout=10)
+    assert r.status_code == 401
+    r = httpx.get(gw.url + f"/v1/models?api_key={secret}", timeout=5)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "api_key_in_query"
+    assert secret not in gw.log()
+    for bad in ("Bearer \x00x", "Bearer " + "é" * 10, "Bearer " + "x" * 100_000):
+        try:
+            r = httpx.get(gw.url + "/v1/models", headers={"Authorization": bad}, timeout=5)
+        except (httpx.LocalProtocolError, UnicodeEncodeError):
+            continue  # the client itself refused to send it
+        assert r.status_code in (400, 401, 431), (bad[:20], r.status_code)
+
+
+def test_metrics_answer_this_machine_or_the_token(gateway_factory: Any) -> None:
+    gw = gateway_factory(OBLETH_METRICS_TOKEN="scrape-token-0123456789")
+    assert httpx.get(gw.url + "/metrics", timeout=5).status_code == 401
+    r = httpx.get(
+        gw.url + "/metrics", headers={"Authorization": "Bearer scrape-token-0123456789"}, timeout=5
+    )
+    assert r.status_code == 200 and "obleth_gateway_table_reloads_total" in r.text
