@@ -2,9 +2,11 @@ from django.contrib import admin
 from django.urls import include, path
 
 from obleth.health import healthz
+from provisioner.metrics import metrics_view
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/", include("obleth.api.urls")),
     path("v1/", include("obleth.gateway.urls")),

@@ -43,6 +43,7 @@ import aiohttp
 from django.conf import settings
 from django.http import HttpResponse
 
+from obleth.core.scrape import scrape_refusal
 from obleth.gateway import metrics
 from obleth.gateway.auth import Caller, Refusal, check_credentials
 from obleth.gateway.balancer import Balancer
@@ -340,29 +341,11 @@ class GatewayService:
         await self._forward(scope, receive, send, route, upstream_path, body, request_id, outcome)
 
     def _metrics_allowed(self, scope: Scope) -> None:
-        """/metrics names models and endpoints: with OBLETH_METRICS_TOKEN set it needs that
-        bearer token; without, it answers only clients on this machine (loopback)."""
-        token = str(getattr(settings, "OBLETH_METRICS_TOKEN", "") or "")
-        if token:
-            import hmac
-
-            supplied = _header(scope, b"authorization").partition(" ")[2].strip()
-            if hmac.compare_digest(supplied.encode(), token.encode()):
-                return
-            raise _Answer(
-                openai_error(401, "Send 'Authorization: Bearer <OBLETH_METRICS_TOKEN>'.")
-            )
         client = str((scope.get("client") or ("", 0))[0])
-        if client.startswith("127.") or client == "::1":
-            return
-        raise _Answer(
-            openai_error(
-                403,
-                "/metrics answers only this machine; set OBLETH_METRICS_TOKEN for a scraper "
-                "elsewhere.",
-                kind="permission_error",
-            )
-        )
+        refused = scrape_refusal(_header(scope, b"authorization"), client)
+        if refused is not None:
+            kind = "permission_error" if refused[0] == 403 else "invalid_request_error"
+            raise _Answer(openai_error(refused[0], refused[1], kind=kind))
 
     def _table(self) -> RouteTable:
         table = self.table.table
