@@ -47,11 +47,17 @@ from _common import (  # noqa: E402
     raise_fd_limit,
 )
 
+# Both proxies authenticate every request, as in production: obleth with a gateway key, LiteLLM
+# with its master key.
+OBLETH_KEY = "obk_bench0000000000000000000000000000000000000000"
+LITELLM_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
 LITELLM_VERSION = "1.106.12"  # the newest whose [proxy] extra installs from PyPI alone
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 CLK = os.sysconf("SC_CLK_TCK")
 # What the targets print (their own logs), for when one does not start.
-LOG = tempfile.NamedTemporaryFile(prefix="obleth-gateway-bench-", suffix=".log", delete=False)
+LOG = tempfile.NamedTemporaryFile(  # noqa: SIM115 - open for the whole run, read on failure
+    prefix="obleth-gateway-bench-", suffix=".log", delete=False
+)
 
 
 # ------------------------------------------------------------------------------ process tree
@@ -257,6 +263,10 @@ Model.objects.filter(name__in=["bench", "bench-slow"]).delete()
 for name, base in (("bench", {fast_base!r}), ("bench-slow", {slow_base!r})):
     m = Model.objects.create(name=name, hosting_mode="static")
     Endpoint.objects.create(model=m, name=name + "-ep", api_base=base)
+from obleth.gateway import keys
+from obleth.gateway.models import GatewayKey
+GatewayKey.objects.filter(name="bench").delete()
+keys.ensure_key("bench", {OBLETH_KEY!r})
 """
     subprocess.run([python(), "-c", code], env=env, cwd=ROOT, check=True)
     return url
@@ -268,9 +278,10 @@ def start_obleth(db_url: str, workers: int) -> Target:
         **os.environ,
         "DATABASE_URL": db_url,
         "DJANGO_SETTINGS_MODULE": "obleth.settings",
-        "OBLETH_SECRET_KEY": "test-secret-key-not-for-production",  # as tests.settings: rows decrypt
+        # The keys tests.settings uses, so the rows prepared with it decrypt here.
+        "OBLETH_SECRET_KEY": "test-secret-key-not-for-production",
         "OBLETH_ENCRYPTION_KEY": "test-encryption-key-not-for-production",
-        "OBLETH_GATEWAY_OPEN": "1",
+        "OBLETH_GATEWAY_OPEN": "0",
         "OBLETH_LOG_LEVEL": "WARNING",
     }
     proc = subprocess.Popen(
@@ -289,8 +300,8 @@ def start_obleth(db_url: str, workers: int) -> Target:
         stderr=subprocess.STDOUT,
     )
     _wait_http(port, "/healthz", proc)
-    _wait_model(port, "bench-slow", "")
-    return Target(f"obleth x{workers}", port, proc.pid, stop=proc)
+    _wait_model(port, "bench-slow", OBLETH_KEY)
+    return Target(f"obleth x{workers}", port, proc.pid, auth=OBLETH_KEY, stop=proc)
 
 
 def litellm_venv(path: str | None) -> Path:
@@ -321,6 +332,7 @@ def start_litellm(venv: Path, fast_base: str, slow_base: str, workers: int) -> T
     env = {
         **os.environ,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MASTER_KEY": LITELLM_KEY,
         "LITELLM_LOG": "ERROR",
         "NO_DOCS": "True",
         "DISABLE_ADMIN_UI": "True",
@@ -342,8 +354,8 @@ def start_litellm(venv: Path, fast_base: str, slow_base: str, workers: int) -> T
         stderr=subprocess.STDOUT,
     )
     _wait_http(port, "/health/liveliness", proc, timeout=180)
-    _wait_model(port, "bench", "")
-    return Target(f"litellm x{workers}", port, proc.pid, stop=proc)
+    _wait_model(port, "bench", LITELLM_KEY)
+    return Target(f"litellm x{workers}", port, proc.pid, auth=LITELLM_KEY, stop=proc)
 
 
 def _wait_http(port: int, path: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
@@ -371,6 +383,7 @@ def _wait_model(port: int, model: str, auth: str) -> None:
             r = httpx.post(
                 f"http://127.0.0.1:{port}/v1/chat/completions",
                 json={**CHAT, "model": model},
+                headers={"Authorization": f"Bearer {auth}"} if auth else {},
                 timeout=10,
             )
             if r.status_code == 200:
