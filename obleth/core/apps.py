@@ -13,6 +13,7 @@ class CoreConfig(AppConfig):
         from django.conf import settings
         from django.db.models.signals import post_init
 
+        from obleth.core import auth_throttle  # noqa: F401 - connects the login signals
         from obleth.core.models import Endpoint, SlurmSettings
         from obleth.logging import register_secret
 
