@@ -33,6 +33,26 @@ DECLARED: set[str] = {
 }
 
 
+#: Models whose rows are credentials as a whole (the primary key is one): left out of a masked
+#: dump altogether. "app_label.model_name".
+SECRET_MODELS: set[str] = {
+    "sessions.session",  # a session key is a login (a staff session has full API rights)
+}
+
+
+def secret_models() -> list[str]:
+    """The installed ones among :data:`SECRET_MODELS`."""
+    found = []
+    for name in sorted(SECRET_MODELS):
+        app_label, model_name = name.split(".")
+        try:
+            apps.get_model(app_label, model_name)
+        except LookupError:
+            continue
+        found.append(name)
+    return found
+
+
 def declare(*labels: str) -> None:
     """Add ``"app_label.model_name.field_name"`` entries to :data:`DECLARED`."""
     DECLARED.update(label.lower() for label in labels)

@@ -3,8 +3,9 @@
 Django's dumpdata, unchanged but for the serializer: every field that
 :mod:`obleth.core.secret_fields` calls secret (the Slurm JWT, the Hugging Face token, endpoint
 API keys, password and token hashes, ...) is written as ``********`` when it is set (an empty
-secret stays empty, so a dump shows which ones are configured). The dump of an instance is
-then safe to attach to a bug report.
+secret stays empty, so a dump shows which ones are configured), and models whose rows are
+credentials as a whole (sessions) are left out. The dump of an instance is then safe to attach
+to a bug report.
 
 A backup needs the real values: ``--include-secrets`` writes them in clear, and says so on
 stderr. Treat such a file like the database itself (and remember that the encrypted secrets
@@ -26,7 +27,7 @@ from django.core.management.base import CommandParser
 from django.core.management.commands import dumpdata
 from django.db import models
 
-from obleth.core.secret_fields import MASK, is_secret
+from obleth.core.secret_fields import MASK, is_secret, secret_models
 
 
 def masking_serializer(base: Any) -> type[Any]:
@@ -100,10 +101,12 @@ class Command(dumpdata.Command):
             )
             super().handle(*app_labels, **options)
             return
+        left_out = secret_models()
+        options["exclude"] = [*(options.get("exclude") or []), *left_out]
         with masked_format(options["format"]):
             super().handle(*app_labels, **options)
         if options.get("verbosity", 1) >= 1:
             self.stderr.write(
-                "dumpdata: secrets are masked as ********; use --include-secrets for a backup "
-                "that restores them."
+                f"dumpdata: secrets are masked as {MASK} and {', '.join(left_out) or 'no model'}"
+                " left out; use --include-secrets for a backup that restores them."
             )
