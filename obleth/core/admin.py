@@ -26,6 +26,7 @@ from obleth.core import services
 from obleth.core.choices import STATE_COLOURS, HostingMode, ReplicaState
 from obleth.core.models import (
     Alert,
+    AuthFailureWindow,
     Endpoint,
     Launch,
     Lease,
@@ -858,4 +859,23 @@ class LeaseAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Lease | None = None) -> bool:
+        return False
+
+
+@admin.register(AuthFailureWindow)
+class AuthFailureWindowAdmin(admin.ModelAdmin):
+    """Failed-authentication counts and blocks (admin login, API tokens, gateway keys).
+    Deleting a row unblocks that address or account at once."""
+
+    list_display = ("scope", "key", "failures", "window_started_at", "blocked_until")
+    list_filter = ("scope",)
+    search_fields = ("key",)
+    readonly_fields = ("scope", "key", "failures", "window_started_at", "blocked_until")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: AuthFailureWindow | None = None
+    ) -> bool:
         return False

@@ -15,6 +15,7 @@ from django.utils import timezone
 from obleth.core import services
 from obleth.core.models import (
     Alert,
+    AuthFailureWindow,
     Endpoint,
     Launch,
     Lease,
@@ -65,6 +66,9 @@ def objects(admin_user: Any) -> dict[type, Any]:
         ProvisionerStatus: ProvisionerStatus.load(),
         Alert: Alert.objects.create(key="slurm_reconcile_held", title="reconciliation is failing"),
         Lease: Lease.objects.create(name="model:x", owner="w1", expires_at=timezone.now()),
+        AuthFailureWindow: AuthFailureWindow.objects.create(
+            scope="admin-login", key="ip:192.0.2.1", window_started_at=timezone.now()
+        ),
         Group: Group.objects.create(name="operators"),
         type(admin_user): admin_user,
     }
