@@ -116,11 +116,43 @@ def redact_atoms(atoms: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
+def redact_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Error-log arguments with secret query parameters masked (gunicorn logs a failed
+    request as ``"Error handling request %s", req.uri``, query string included)."""
+    return tuple(redact_query(arg) if isinstance(arg, str) else arg for arg in args)
+
+
+def _clean(msg: Any) -> str:
+    return redact_query(msg if isinstance(msg, str) else str(msg))
+
+
 class RedactingLogger(Logger):
-    """gunicorn's logger with :func:`redact_atoms` applied to every access-log line."""
+    """gunicorn's logger with secrets masked in every access-log line (:func:`redact_atoms`)
+    and in the arguments of every error-log message (:func:`redact_args`)."""
 
     def atoms(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> Any:
         return redact_atoms(super().atoms(resp, req, environ, request_time))
+
+    def critical(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        super().critical(_clean(msg), *redact_args(args), **kwargs)
+
+    def error(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        super().error(_clean(msg), *redact_args(args), **kwargs)
+
+    def warning(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        super().warning(_clean(msg), *redact_args(args), **kwargs)
+
+    def info(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        super().info(_clean(msg), *redact_args(args), **kwargs)
+
+    def debug(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        super().debug(_clean(msg), *redact_args(args), **kwargs)
+
+    def exception(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        super().exception(_clean(msg), *redact_args(args), **kwargs)
+
+    def log(self, lvl: Any, msg: Any, *args: Any, **kwargs: Any) -> None:
+        super().log(lvl, _clean(msg), *redact_args(args), **kwargs)
 
 
 # gunicorn settings (module-level names gunicorn knows; others are ignored).

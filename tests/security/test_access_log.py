@@ -10,6 +10,7 @@ do put the secrets in the log, so the test can fail.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -51,7 +52,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def start_gunicorn(log: Path, *, redact: bool) -> Iterator[str]:
+def start_gunicorn(
+    log: Path,
+    *,
+    redact: bool,
+    app: str = "obleth.wsgi:application",
+    extra: tuple[str, ...] = (),
+) -> Iterator[str]:
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OBLETH_", "DJANGO_"))}
     env = {
@@ -62,7 +69,7 @@ def start_gunicorn(log: Path, *, redact: bool) -> Iterator[str]:
         "OBLETH_ALLOWED_HOSTS": "127.0.0.1",
         "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
     }
-    cmd = [str(GUNICORN), "obleth.wsgi:application"]
+    cmd = [str(GUNICORN), app, *extra]
     if redact:
         cmd += ["-c", "python:obleth.gunicorn_conf"]
     cmd += [
@@ -167,6 +174,59 @@ def test_control_without_the_config_module_the_secrets_are_logged(tmp_path: Path
         send_secret_requests(base)
     text = read_log(log, 5)
     assert "sk-GATEWAY-KEY-1111" in text and "BEARER-8888" in text
+
+
+RAISING_APP = """
+def app(environ, start_response):
+    if environ["PATH_INFO"] == "/boom":
+        raise RuntimeError("the application failed")
+    start_response("200 OK", [("Content-Length", "2")])
+    return [b"ok"]
+"""
+
+
+def test_error_log_of_a_failing_request_has_no_secrets(tmp_path: Path) -> None:
+    """gunicorn logs "Error handling request <uri>" (query string included) when the
+    application raises; our logger masks it. A tiny WSGI app raises on purpose."""
+    (tmp_path / "raising_app.py").write_text(RAISING_APP)
+    for redact in (True, False):
+        errors = tmp_path / f"error-{redact}.log"
+        extra = ("--pythonpath", str(tmp_path), "--error-logfile", str(errors))
+        with start_gunicorn(
+            tmp_path / "access.log", redact=redact, app="raising_app:app", extra=extra
+        ) as base:
+            httpx.get(f"{base}/boom?api_key=sk-ERROR-LOG-5656&model=x", timeout=60)
+        text = errors.read_text()
+        assert "Error handling request" in text, text
+        if redact:
+            assert "sk-ERROR-LOG-5656" not in text and f"api_key={MASK}&model=x" in text
+        else:  # the control: plain gunicorn does write it
+            assert "sk-ERROR-LOG-5656" in text
+
+
+def test_the_entrypoint_unit_and_scripts_run_use_the_config_module(tmp_path: Path) -> None:
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "OBLETH_ENTRYPOINT_DRY_RUN": "1",
+        "OBLETH_APP_DIR": str(ROOT),
+        "TMPDIR": str(tmp_path),
+        "OBLETH_DEBUG": "1",
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "docker" / "entrypoint.sh"), "web"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    [line] = [line for line in proc.stdout.splitlines() if line.startswith("run:")]
+    cmd = shlex.split(line[4:])
+    assert cmd[cmd.index("--config") + 1] == "python:obleth.gunicorn_conf"
+    run = (ROOT / "scripts" / "run").read_text()
+    assert re.search(r"gunicorn\" obleth\.wsgi:application -c python:obleth\.gunicorn_conf", run)
+    unit = (ROOT / "deploy" / "systemd" / "obleth-web.service").read_text()
+    assert "--config python:obleth.gunicorn_conf" in unit
 
 
 @pytest.mark.parametrize(

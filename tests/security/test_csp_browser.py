@@ -11,7 +11,6 @@ Skipped when Playwright or ``/usr/bin/chromium`` is missing (``apt-get install c
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,9 +52,6 @@ def site(live_server: Any, django_user_model: Any) -> str:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    # Django refuses ORM calls from a thread with a running event loop; Playwright's sync API
-    # runs one. The ORM is only used before (fixtures) and by the live server's own thread.
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
     with playwright_sync.sync_playwright() as pw:
         chromium = pw.chromium.launch(
             executable_path=str(CHROMIUM),
