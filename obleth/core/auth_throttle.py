@@ -39,8 +39,10 @@ MAX_USERNAME = 150
 
 
 def clean_username(raw: object) -> str:
-    """The username as Django's login form compares it (NFKC), clipped, NUL and controls gone."""
-    text = unicodedata.normalize("NFKC", str(raw or ""))
+    """The username as Django's login form passes it on (stripped, NFKC), clipped, NUL and
+    control characters gone: the middleware's key must equal the one the failure was counted
+    under, or ``"admin "`` would dodge the block of ``"admin"``."""
+    text = unicodedata.normalize("NFKC", str(raw or "").strip())
     text = "".join(ch for ch in text if ch.isprintable())
     return text[:MAX_USERNAME]
 

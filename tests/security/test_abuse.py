@@ -116,6 +116,15 @@ def test_success_resets_the_count(admin_user: User) -> None:
     assert login(Client(), "root-admin", PASSWORD).status_code == 302
 
 
+@pytest.mark.parametrize("variant", [" root-admin", "root-admin ", "\troot-admin\n", "ｒoot-admin"])
+def test_spelling_variants_of_a_blocked_account_are_blocked(variant: str, admin_user: User) -> None:
+    """Variants that the login form turns into the same username (whitespace stripped, NFKC
+    normalised) must not dodge the account's block."""
+    for i in range(10):
+        login(Client(), "root-admin", BAD, address=f"203.0.113.{i + 1}")
+    assert login(Client(), variant, PASSWORD, address="192.0.2.77").status_code == 429
+
+
 def test_unknown_usernames_are_throttled_like_real_ones(admin_user: User) -> None:
     """A block does not tell whether the account exists."""
     for _ in range(10):
