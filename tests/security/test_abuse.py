@@ -528,3 +528,49 @@ def test_every_secret_looking_field_is_declared() -> None:
         "fields that look like secrets but are not declared in obleth/core/secret_fields.py "
         f"(or NOT_SECRET in this test): {undeclared}"
     )
+
+
+# ----------------------------------------------------------------------------- diffsettings
+
+
+@pytest.mark.parametrize("output", ["hash", "unified"])
+def test_diffsettings_masks_secret_settings(output: str) -> None:
+    """``manage.py diffsettings`` in a fresh interpreter with secrets in its environment."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OBLETH_", "DJANGO_"))}
+    secret_values = {
+        "OBLETH_SECRET_KEY": "DJANGO-SECRET-" + "s" * 50,
+        "OBLETH_ENCRYPTION_KEY": "ENCRYPTION-KEY-7878",
+        "OBLETH_ADMIN_TOKEN": "ADMIN-TOKEN-0123456789",
+        "OBLETH_EMAIL_PASSWORD": "SMTP-PASSWORD-9090",
+        "DATABASE_URL": "postgres://obleth:DB-PASSWORD-1212@db.example:5432/obleth",
+        "OBLETH_REDIS_URL": "redis://:REDIS-PASSWORD-3434@redis.example:6379/0",
+        "OBLETH_ALERT_WEBHOOK_URL": "https://hooks.example/services/WEBHOOK-SECRET-5656",
+    }
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "diffsettings", "--output", output],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "obleth.settings", **secret_values},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    leaked = [
+        marker
+        for marker in (
+            "DJANGO-SECRET",
+            "ENCRYPTION-KEY-7878",
+            "ADMIN-TOKEN-0123456789",
+            "SMTP-PASSWORD-9090",
+            "DB-PASSWORD-1212",
+            "REDIS-PASSWORD-3434",
+            "WEBHOOK-SECRET-5656",
+        )
+        if marker in proc.stdout
+    ]
+    assert not leaked, leaked
+    # Still useful: which settings are set, and the non-secret parts of URLs.
+    assert re.search(r"SECRET_KEY = '\*+'", proc.stdout)
+    assert "postgres://obleth:********************@db.example:5432/obleth" in proc.stdout
+    assert "ROOT_URLCONF = 'obleth.urls'" in proc.stdout
