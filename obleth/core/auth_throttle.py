@@ -17,15 +17,16 @@ as the admin login form does); ``authenticate()`` without a request (management 
 
 from __future__ import annotations
 
-import html
 import logging
 import unicodedata
 from typing import Any
 
+from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, reverse
 from django.utils.deprecation import MiddlewareMixin
 
@@ -93,20 +94,31 @@ def _login_paths() -> set[str]:
         return set()
 
 
-def throttled_response(wait: int) -> HttpResponse:
+def wait_text(wait: int) -> str:
     minutes, seconds = divmod(wait, 60)
-    human = f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+    if not minutes:
+        return f"{seconds} s"
+    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+
+
+def throttled_response(request: HttpRequest, wait: int) -> HttpResponse:
+    """429 with ``Retry-After``, in the admin's look."""
     message = (
-        "Too many failed logins from this address or for this account. "
-        f"Logins are refused, even with the right password, for {human}. "
-        "Try again later, or ask an administrator to unblock you "
-        "(manage.py shell: obleth.core.limits.reset('admin-login'))."
+        "Too many failed logins from this address or for this account. Logins are refused, "
+        f"even with the right password, for {wait_text(wait)}. Try again later, or ask an "
+        "administrator to unblock you (admin: Authentication failure windows)."
     )
-    body = (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Too many failed logins</title>"
-        f"</head><body><h1>Too many failed logins</h1><p>{html.escape(message)}</p></body></html>"
+    context = {
+        **admin.site.each_context(request),
+        "title": "Too many failed logins",
+        "message": message,
+        "login_url": request.path,
+    }
+    response = HttpResponse(
+        render_to_string("admin/login_throttled.html", context, request=request),
+        status=429,
+        content_type="text/html; charset=utf-8",
     )
-    response = HttpResponse(body, status=429, content_type="text/html; charset=utf-8")
     response["Retry-After"] = str(wait)
     return response
 
@@ -129,4 +141,4 @@ class AdminLoginThrottleMiddleware(MiddlewareMixin):
             limits.client_address(request),
             wait,
         )
-        return throttled_response(wait)
+        return throttled_response(request, wait)

@@ -143,6 +143,38 @@ def test_swagger_ui_renders_without_csp_violations(site: str, browser: Any) -> N
     assert not [f for f in watched.failed if "/static/" in f], watched.failed
 
 
+def test_browsable_api_renders_without_csp_violations(site: str, browser: Any) -> None:
+    page = browser.new_page()
+    watched = Watched(page)
+    page.goto(f"{site}/admin/login/")
+    page.fill("#id_username", "browser-admin")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_load_state("networkidle")
+    assert watched.visit(f"{site}/api/v1/models", "browsable-api") == []
+    assert "csp-demo" in page.content()
+    assert not [f for f in watched.failed if "/static/" in f], watched.failed
+
+
+def test_the_429_page_of_a_blocked_login(site: str, browser: Any, settings: Any) -> None:
+    settings.OBLETH_AUTH_MAX_FAILURES = 2
+    page = browser.new_page()
+    watched = Watched(page)
+    for attempt in range(3):
+        page.goto(f"{site}/admin/login/")
+        page.fill("#id_username", "browser-admin")
+        page.fill("#id_password", PASSWORD if attempt == 2 else "wrong")
+        with page.expect_response(lambda r: r.request.method == "POST") as answer:
+            page.click("input[type=submit]")
+        page.wait_for_load_state("networkidle")
+    assert answer.value.status == 429
+    assert int(answer.value.headers["retry-after"]) > 0
+    assert "Too many failed logins" in page.inner_text("h1")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "admin-login-429.png"))
+    assert watched.violations() == []
+
+
 def test_control_an_inline_script_is_blocked_and_seen(site: str, browser: Any) -> None:
     page = browser.new_page()
     watched = Watched(page)
