@@ -431,8 +431,12 @@ def test_dumpdata_masked_json_keeps_empty_secrets_empty(secrets_in_db: dict[str,
     assert SlurmSettings.objects.get(id=1).jwt == secrets_in_db["jwt"]
 
 
-def test_dumpdata_include_secrets_writes_them_in_clear(secrets_in_db: dict[str, str]) -> None:
-    out, err = dump("--include-secrets")
+def test_dumpdata_include_secrets_writes_them_in_clear(
+    secrets_in_db: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="obleth.audit"):
+        out, err = dump("--include-secrets")
+    assert "dumpdata --include-secrets run by OS user" in caplog.text
     for value in secrets_in_db.values():
         assert value in out
     assert User.objects.get(username="root-admin").password in out

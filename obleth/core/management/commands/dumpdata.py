@@ -15,6 +15,8 @@ Loading a masked dump stores ``********`` as each secret: re-enter them afterwar
 
 from __future__ import annotations
 
+import getpass
+import logging
 import sys
 import types
 from collections.abc import Iterator
@@ -28,6 +30,8 @@ from django.core.management.commands import dumpdata
 from django.db import models
 
 from obleth.core.secret_fields import MASK, is_secret, secret_models
+
+logger = logging.getLogger("obleth.audit")
 
 
 def masking_serializer(base: Any) -> type[Any]:
@@ -95,6 +99,10 @@ class Command(dumpdata.Command):
 
     def handle(self, *app_labels: str, **options: Any) -> None:
         if options.get("include_secrets"):
+            logger.warning(
+                "dumpdata --include-secrets run by OS user %r: secrets written in clear",
+                getpass.getuser(),
+            )
             self.stderr.write(
                 "dumpdata: --include-secrets: secrets are written IN CLEAR; keep this output as "
                 "safe as the database."
