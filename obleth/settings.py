@@ -62,6 +62,9 @@ SESSION_COOKIE_HTTPONLY = True
 # Set when a TLS-terminating proxy in front sends X-Forwarded-Proto (and strips it from clients).
 if env_bool("OBLETH_TRUST_X_FORWARDED_PROTO", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Reverse proxies in front that append the client's address to X-Forwarded-For (an Ingress
+# controller, nginx): failed-login limits then count per real client, not per proxy.
+OBLETH_TRUSTED_PROXY_COUNT = env_int("OBLETH_TRUSTED_PROXY_COUNT", 0, minimum=0)
 # HSTS: sent on HTTPS answers only (Django never sends it over plain HTTP), so it is on with
 # either TLS switch. Browsers then refuse plain HTTP to this host for that long.
 SECURE_HSTS_SECONDS = env_int(

@@ -132,6 +132,62 @@ def test_unknown_usernames_are_throttled_like_real_ones(admin_user: User) -> Non
     assert login(Client(), "no-such-user", BAD, address="198.51.100.51").status_code == 429
 
 
+def login_via_proxy(username: str, password: str, forwarded_for: str) -> Any:
+    return Client().post(
+        reverse("admin:login"),
+        {"username": username, "password": password, "next": "/admin/"},
+        REMOTE_ADDR="10.1.2.3",  # the Ingress controller / nginx
+        HTTP_X_FORWARDED_FOR=forwarded_for,
+    )
+
+
+def test_behind_a_trusted_proxy_each_client_has_its_own_budget(
+    settings: Any, admin_user: User
+) -> None:
+    settings.OBLETH_TRUSTED_PROXY_COUNT = 1
+    User.objects.create_superuser("other-admin", "o@example.org", PASSWORD)
+    for _ in range(10):
+        login_via_proxy("nobody", BAD, "198.51.100.66")
+    assert login_via_proxy("other-admin", PASSWORD, "198.51.100.66").status_code == 429
+    # Another client behind the same proxy is not blocked ...
+    assert login_via_proxy("root-admin", PASSWORD, "198.51.100.67").status_code == 302
+    # ... and the blocked one cannot dodge it by claiming another address further left.
+    spoofed = login_via_proxy("other-admin", PASSWORD, "192.0.2.1, 198.51.100.66")
+    assert spoofed.status_code == 429
+
+
+def test_without_trusted_proxies_x_forwarded_for_is_ignored(admin_user: User) -> None:
+    for i in range(10):
+        login_via_proxy("nobody", BAD, f"198.51.100.{i + 1}")
+    # Every attempt came from the proxy's address: it is blocked whatever the header says.
+    assert login_via_proxy("root-admin", PASSWORD, "198.51.100.99").status_code == 429
+
+
+@pytest.mark.parametrize("header", ["", "not-an-ip", "1.2.3.4.5", "\x00", "999.1.1.1"])
+def test_a_bad_forwarded_for_falls_back_to_the_proxy_address(
+    header: str, settings: Any, admin_user: User
+) -> None:
+    from obleth.core.limits import client_address
+
+    settings.OBLETH_TRUSTED_PROXY_COUNT = 1
+    request = Client().get("/healthz", REMOTE_ADDR="10.1.2.3", HTTP_X_FORWARDED_FOR=header)
+    assert client_address(request.wsgi_request) == "10.1.2.3"
+
+
+def test_two_trusted_proxies_take_the_second_entry_from_the_right(settings: Any) -> None:
+    from django.test import RequestFactory
+
+    from obleth.core.limits import client_address
+
+    settings.OBLETH_TRUSTED_PROXY_COUNT = 2
+    request = RequestFactory().get(
+        "/", REMOTE_ADDR="10.1.2.3", HTTP_X_FORWARDED_FOR="6.6.6.6, 203.0.113.5, 10.9.9.9"
+    )
+    assert client_address(request) == "203.0.113.5"
+    short = RequestFactory().get("/", REMOTE_ADDR="10.1.2.3", HTTP_X_FORWARDED_FOR="203.0.113.5")
+    assert client_address(short) == "10.1.2.3"
+
+
 def test_get_of_the_login_page_still_works_while_blocked(admin_user: User) -> None:
     client = Client()
     for _ in range(10):

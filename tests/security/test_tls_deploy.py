@@ -161,6 +161,13 @@ def test_config_env_still_overrides_the_tls_switch() -> None:
     assert data["OBLETH_TLS"] == "1" and data["OBLETH_SSL_REDIRECT"] == "0"
 
 
+def test_trusted_proxy_count_follows_the_ingress() -> None:
+    assert configmap({})["OBLETH_TRUSTED_PROXY_COUNT"] == "0"
+    assert configmap({"ingress": TLS_INGRESS})["OBLETH_TRUSTED_PROXY_COUNT"] == "1"
+    forced = configmap({"ingress": TLS_INGRESS, "config": {"trustedProxyCount": 2}})
+    assert forced["OBLETH_TRUSTED_PROXY_COUNT"] == "2"
+
+
 def test_a_bad_tls_value_fails_the_render_naming_it() -> None:
     with pytest.raises(helm.HelmError, match=r"config\.tls=\"maybe\""):
         render({"config": {"tls": "maybe"}})
