@@ -10,9 +10,9 @@ Two pieces, both on the shared limiter (:mod:`obleth.core.limits`, scope ``admin
   the address or the account is blocked, before any password is checked: the right password
   is refused too until the lockout ends.
 
-The signals only count authentications made for a web request (``authenticate(request, ...)``,
-as the admin login form does); ``authenticate()`` without a request (management commands,
-``Client.login`` in tests) is neither counted nor throttled.
+The signals only count authentications made by the admin login form (``authenticate(request,
+...)`` on the admin's login URL); other callers (``authenticate()`` without a request in
+management commands, ``Client.login`` in tests, another door's own backend) are not counted.
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ def _username_from(credentials: dict[str, Any]) -> str:
 def record_failed_login(
     sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **kwargs: Any
 ) -> None:
-    """Count and log one failed login (``credentials`` has the password already masked)."""
-    if request is None:
+    """Count and log one failed login (``credentials`` has the password already masked).
+    Only the admin login form's: other doors (API tokens, gateway keys) count their own."""
+    if request is None or request.path not in _login_paths():
         return
     username = _username_from(credentials)
     address = limits.client_address(request)
@@ -81,7 +82,7 @@ def record_failed_login(
 
 @receiver(user_logged_in, dispatch_uid="obleth-admin-login-succeeded")
 def record_login(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:
-    if request is None:
+    if request is None or request.path not in _login_paths():
         return
     username = clean_username(user.get_username())
     limits.record_success(SCOPE, *keys_for(request, username))

@@ -259,6 +259,17 @@ def test_a_good_login_is_not_logged_as_a_failure(
     assert not [r for r in caplog.records if r.name == "obleth.auth"]
 
 
+def test_authentication_elsewhere_is_not_counted_as_an_admin_login(admin_user: User) -> None:
+    """Another door calling authenticate(request, ...) (e.g. a token backend) counts itself."""
+    from django.contrib.auth import authenticate
+    from django.test import RequestFactory
+
+    request = RequestFactory().post("/api/v1/models", REMOTE_ADDR="198.51.100.8")
+    for _ in range(20):
+        assert authenticate(request, username="root-admin", password=BAD) is None
+    assert limits.retry_after(SCOPE, "ip:198.51.100.8", "user:root-admin") is None
+
+
 def test_login_without_a_request_is_not_counted(admin_user: User) -> None:
     """Management commands and Client.login call authenticate() without a request."""
     client = Client()
