@@ -61,6 +61,8 @@ import _common as common  # noqa: E402
 
 ENGINE = common.ROOT / "provisioner" / "testengine" / "server.py"
 POLL_SECS = 0.02
+# The gateway is closed without a key: the bench's gunicorn gets this static one.
+GATEWAY_KEY = "bench-" + uuid.uuid4().hex
 GATEWAY_POLL_SECS = 0.05
 
 
@@ -235,7 +237,8 @@ class GatewayWatcher(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(timeout=5, trust_env=False) as client:
+        auth = {"Authorization": f"Bearer {GATEWAY_KEY}"}
+        with httpx.Client(timeout=5, trust_env=False, headers=auth) as client:
             while not self.halt.is_set() and self.first_ok is None:
                 with contextlib.suppress(httpx.HTTPError):
                     if client.post(self.url, json=self.body).status_code == 200:
@@ -505,6 +508,7 @@ def main() -> int:
         "DATABASE_URL": os.environ["DATABASE_URL"],
         "OBLETH_DATABASE_URL": os.environ["DATABASE_URL"],
         "OBLETH_LOG_LEVEL": "WARNING",
+        "OBLETH_GATEWAY_API_KEYS": GATEWAY_KEY,
     }
     gateway, gateway_url = start_gateway(db_env)
     print(

@@ -117,6 +117,7 @@ INSTALLED_APPS = [
     "obleth.core",
     "obleth.api",
     "obleth.gateway",
+    "obleth.accounts",
     "provisioner",
 ]
 
@@ -129,6 +130,7 @@ MIDDLEWARE = [
     "obleth.core.auth_throttle.AdminLoginThrottleMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "obleth.accounts.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -178,10 +180,10 @@ REDIS_URL = env_str("OBLETH_REDIS_URL") or env_str("REDIS_URL") or "redis://127.
 # ----------------------------------------------------------------------------- REST API
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "obleth.api.auth.AdminTokenAuthentication",
+        "obleth.api.auth.BearerAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["obleth.api.auth.IsOperator"],
+    "DEFAULT_PERMISSION_CLASSES": ["obleth.api.permissions.ModelPermissions"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "obleth.api.pagination.OblethPagination",
@@ -247,8 +249,14 @@ OBLETH_MODEL_HEALTH_ENABLED = env_bool("OBLETH_MODEL_HEALTH_ENABLED", True)
 OBLETH_MODEL_HEALTH_INTERVAL_SECS = env_int("OBLETH_MODEL_HEALTH_INTERVAL_SECS", 900, minimum=1)
 OBLETH_MODEL_HEALTH_TIMEOUT_SECS = env_int("OBLETH_MODEL_HEALTH_TIMEOUT_SECS", 30, minimum=1)
 OBLETH_GATEWAY_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_TIMEOUT_SECS", 600, minimum=1)
-# Client keys for /v1 (comma separated). Unset: the gateway takes requests without a key.
+# Static client keys for /v1 (comma separated), accepted besides the gateway keys stored in the
+# database (admin, API, manage.py create_gateway_key). With neither, /v1 refuses every request
+# unless OBLETH_GATEWAY_OPEN=1 (then requests without a key are let in: labs only).
 OBLETH_GATEWAY_API_KEYS = env_list("OBLETH_GATEWAY_API_KEYS")
+OBLETH_GATEWAY_OPEN = env_bool("OBLETH_GATEWAY_OPEN", False)
+# How long a web process reuses its table of gateway keys (one query to rebuild): a revoked or
+# new key takes effect in every process within this time.
+OBLETH_GATEWAY_KEY_CACHE_MS = env_int("OBLETH_GATEWAY_KEY_CACHE_MS", 1000, minimum=0)
 # How long a web process reuses its routing table (two queries to rebuild). New endpoints are
 # routable in every process within this time.
 OBLETH_GATEWAY_ROUTE_CACHE_MS = env_int("OBLETH_GATEWAY_ROUTE_CACHE_MS", 500, minimum=0)

@@ -1,5 +1,6 @@
 """Management API routes: /api/v1/..., the OpenAPI schema at /api/schema/ and Swagger UI at
-/api/docs/. Every route needs the admin bearer token or a staff session. A trailing slash is
+/api/docs/. Every route needs a bearer token (personal or the bootstrap admin token) or a staff
+session, and the permission the route names (obleth.api.permissions). A trailing slash is
 optional everywhere."""
 
 from __future__ import annotations
@@ -8,8 +9,10 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
-from obleth.api import schema, views
-from obleth.api.auth import IsOperator
+from obleth.accounts import api as accounts_api
+from obleth.api import deploy, schema, views
+from obleth.api.auth import IsStaff
+from obleth.gateway.api import GatewayKeyViewSet
 
 app_name = "api"
 
@@ -34,6 +37,9 @@ router.register("replicas", views.ReplicaViewSet, basename="replica")
 router.register("deployments/launches", views.LaunchViewSet, basename="launch")
 router.register("recipes", views.RecipeViewSet, basename="recipe")
 router.register("alerts", views.AlertViewSet, basename="alert")
+router.register("tokens", accounts_api.ApiTokenViewSet, basename="token")
+router.register("audit", accounts_api.AuditEntryViewSet, basename="audit")
+router.register("gateway-keys", GatewayKeyViewSet, basename="gateway-key")
 
 v1: list[URLPattern | URLResolver] = [
     re_path(
@@ -46,6 +52,7 @@ v1: list[URLPattern | URLResolver] = [
         views.ProvisionErrorView.as_view(),
         name="model-provision-error",
     ),
+    re_path(rf"^deployments{SLASH}$", deploy.DeployView.as_view(), name="deploy"),
     re_path(rf"^settings/slurm{SLASH}$", views.SlurmSettingsView.as_view(), name="slurm-settings"),
     re_path(rf"^settings/slurm/test{SLASH}$", views.SlurmTestView.as_view(), name="slurm-test"),
     re_path(
@@ -61,10 +68,10 @@ v1: list[URLPattern | URLResolver] = [
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("v1/", include(v1)),
-    path("schema/", SpectacularAPIView.as_view(permission_classes=[IsOperator]), name="schema"),
+    path("schema/", SpectacularAPIView.as_view(permission_classes=[IsStaff]), name="schema"),
     path(
         "docs/",
-        SpectacularSwaggerSplitView.as_view(url_name="api:schema", permission_classes=[IsOperator]),
+        SpectacularSwaggerSplitView.as_view(url_name="api:schema", permission_classes=[IsStaff]),
         name="docs",
     ),
 ]

@@ -20,7 +20,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from obleth.api import filters, serializers
+from obleth.api import filters, permissions, serializers
 from obleth.core import services
 from obleth.core.models import (
     Alert,
@@ -142,6 +142,7 @@ class EndpointViewSet(viewsets.ReadOnlyModelViewSet[Endpoint]):
 class ManagedSpecView(ActorContextMixin, GenericAPIView[ManagedSpec]):
     """A model's Slurm spec: GET (null when unmanaged), PUT/PATCH (upsert), DELETE."""
 
+    permission_classes = [permissions.ManagedSpecPermission]
     serializer_class = serializers.ManagedSpecSerializer
     queryset = ManagedSpec.objects.select_related("model")
     filter_backends: list[Any] = []
@@ -221,6 +222,7 @@ class ManagedSpecView(ActorContextMixin, GenericAPIView[ManagedSpec]):
 
 
 class ProvisionErrorView(ActorContextMixin, GenericAPIView[ManagedSpec]):
+    permission_classes = [permissions.DismissError]
     serializer_class = serializers.ProvisionErrorSerializer
     queryset = ManagedSpec.objects.select_related("model")
     filter_backends: list[Any] = []
@@ -276,7 +278,7 @@ class ReplicaViewSet(viewsets.ReadOnlyModelViewSet[Replica]):
         request=None,
         responses={200: serializers.ReplicaSerializer},
     )
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], permission_classes=[permissions.RestartReplica])
     def restart(self, request: Request, pk: str) -> Response:
         try:
             replica = services.restart_replica(pk, actor=actor_of(request))
@@ -304,7 +306,13 @@ class ModelReplicaViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Replica
         request=None,
         responses={200: serializers.ClearLostSerializer},
     )
-    @action(detail=False, methods=["post"], url_path="clear-lost", filter_backends=[])
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="clear-lost",
+        filter_backends=[],
+        permission_classes=[permissions.ClearLost],
+    )
     def clear_lost(self, request: Request, model_id: str) -> Response:
         count = services.clear_lost(model_id, actor=actor_of(request))
         return Response({"cleared": count})
@@ -401,6 +409,7 @@ class SlurmSettingsView(ActorContextMixin, GenericAPIView[SlurmSettings]):
 
 
 class SlurmTestView(GenericAPIView[SlurmSettings]):
+    permission_classes = [permissions.TestSlurmConnection]
     serializer_class = serializers.SlurmTestResultSerializer
     queryset = SlurmSettings.objects.all()
     filter_backends: list[Any] = []
@@ -435,6 +444,7 @@ class SlurmResourcesView(GenericAPIView[SlurmSettings]):
 
 
 class ProvisionerStatusView(GenericAPIView[Any]):
+    permission_classes = [permissions.ViewProvisionerStatus]
     serializer_class = serializers.ProvisionerStatusSerializer
     queryset = SlurmSettings.objects.none()
     filter_backends: list[Any] = []

@@ -93,6 +93,31 @@ def actor_of(request: HttpRequest) -> str:
     return str(getattr(request.user, "username", "") or "admin")
 
 
+class ActionPermissions:
+    """The explicit permissions of the operator actions, the same the Management API checks
+    (obleth.api.permissions): a view-only user sees no Restart, Clear lost or Dismiss."""
+
+    def has_restart_replica_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("core.restart_replica"))
+
+    def has_clear_lost_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("core.clear_lost"))
+
+    def has_dismiss_error_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("core.dismiss_error"))
+
+
+def shell_readonly(request: HttpRequest) -> tuple[str, ...]:
+    """The spec's shell fields are read-only without core.change_launch_script."""
+    from obleth.accounts.roles import SHELL_SPEC_FIELDS
+
+    return () if request.user.has_perm("core.change_launch_script") else SHELL_SPEC_FIELDS
+
+
+def may_deploy(request: HttpRequest) -> bool:
+    return bool(request.user.has_perm("core.deploy"))
+
+
 class SecretInput(forms.PasswordInput):
     """Never renders a value back into the page."""
 
@@ -140,9 +165,15 @@ class ManagedSpecInline(admin.StackedInline):
         ("Last refused launch", {"fields": ("last_provision_error", "last_provision_error_at")}),
     )
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*self.readonly_fields, *shell_readonly(request)]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_add_permission(request, obj) and may_deploy(request)
+
 
 @admin.register(Model)
-class ModelAdmin(admin.ModelAdmin):
+class ModelAdmin(ActionPermissions, admin.ModelAdmin):
     list_display = (
         "name",
         "hosting_mode",
@@ -211,7 +242,10 @@ class ModelAdmin(admin.ModelAdmin):
     def managed(self, obj: Model) -> bool:
         return hasattr(obj, "managed_spec")
 
-    @admin.action(description="Dismiss the provision error of the selected models")
+    @admin.action(
+        description="Dismiss the provision error of the selected models",
+        permissions=["dismiss_error"],
+    )
     def dismiss_provision_errors(self, request: HttpRequest, queryset: QuerySet[Model]) -> None:
         specs = ManagedSpec.objects.filter(model__in=queryset).exclude(last_provision_error="")
         count = 0
@@ -235,7 +269,7 @@ class ModelAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         model = get_object_or_404(Model, pk=object_id)
         change_url = reverse("admin:core_model_change", args=[model.pk])
-        if request.method != "POST" or not self.has_change_permission(request, model):
+        if request.method != "POST" or not self.has_dismiss_error_permission(request):
             return HttpResponseRedirect(change_url)
         spec = ManagedSpec.objects.filter(model=model).first()
         if spec is not None and spec.last_provision_error:
@@ -262,9 +296,10 @@ class ModelAdmin(admin.ModelAdmin):
         if spec is not None and spec.last_provision_error:
             context["provision_error"] = spec.last_provision_error
             context["provision_error_at"] = spec.last_provision_error_at
-            context["dismiss_url"] = reverse(
-                "admin:core_model_dismiss_provision_error", args=[spec.model_id]
-            )
+            if self.has_dismiss_error_permission(request):
+                context["dismiss_url"] = reverse(
+                    "admin:core_model_dismiss_provision_error", args=[spec.model_id]
+                )
         return super().change_view(request, object_id, form_url, extra_context=context)
 
 
@@ -295,7 +330,7 @@ class EndpointAdminForm(forms.ModelForm):
 
 
 @admin.register(Endpoint)
-class EndpointAdmin(admin.ModelAdmin):
+class EndpointAdmin(ActionPermissions, admin.ModelAdmin):
     form = EndpointAdminForm
     list_display = (
         "name",
@@ -349,7 +384,10 @@ class EndpointAdmin(admin.ModelAdmin):
     def health(self, obj: Endpoint) -> SafeString:
         return badge(obj.health_status)
 
-    @admin.action(description="Restart the replica behind the endpoint (Slurm endpoints)")
+    @admin.action(
+        description="Restart the replica behind the endpoint (Slurm endpoints)",
+        permissions=["restart_replica"],
+    )
     def restart_replica(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
         ids = [rid for rid in queryset.values_list("replica_id", flat=True) if rid is not None]
         count = services.restart_replicas(ids, actor=actor_of(request))
@@ -386,7 +424,7 @@ class ManagedSpecAdminForm(forms.ModelForm):
 
 
 @admin.register(ManagedSpec)
-class ManagedSpecAdmin(admin.ModelAdmin):
+class ManagedSpecAdmin(ActionPermissions, admin.ModelAdmin):
     form = ManagedSpecAdminForm
     list_display = (
         "model",
@@ -433,17 +471,20 @@ class ManagedSpecAdmin(admin.ModelAdmin):
     def get_readonly_fields(
         self, request: HttpRequest, obj: ManagedSpec | None = None
     ) -> list[str]:
-        fields = list(self.readonly_fields)
+        fields = [*self.readonly_fields, *shell_readonly(request)]
         if obj is not None:
             fields.insert(0, "model")
         return fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return super().has_add_permission(request) and may_deploy(request)
 
     @admin.display(description="last refused launch")
     def provision_error(self, obj: ManagedSpec) -> str:
         text = obj.last_provision_error
         return (text[:80] + "…") if len(text) > 80 else (text or "—")
 
-    @admin.action(description="Dismiss the provision error")
+    @admin.action(description="Dismiss the provision error", permissions=["dismiss_error"])
     def dismiss_provision_errors(
         self, request: HttpRequest, queryset: QuerySet[ManagedSpec]
     ) -> None:
@@ -480,7 +521,7 @@ REPLICA_FIELDS = (
 
 
 @admin.register(Replica)
-class ReplicaAdmin(admin.ModelAdmin):
+class ReplicaAdmin(ActionPermissions, admin.ModelAdmin):
     """Read-only: the provisioner owns these rows. Restart and clear-lost are the actions."""
 
     list_display = (
@@ -510,7 +551,10 @@ class ReplicaAdmin(admin.ModelAdmin):
     def state_badge(self, obj: Replica) -> SafeString:
         return badge(obj.state, obj.get_state_display())
 
-    @admin.action(description="Restart replica (cancel its job; a new one is launched)")
+    @admin.action(
+        description="Restart replica (cancel its job; a new one is launched)",
+        permissions=["restart_replica"],
+    )
     def restart_selected(self, request: HttpRequest, queryset: QuerySet[Replica]) -> None:
         count = services.restart_replicas(
             queryset.values_list("pk", flat=True), actor=actor_of(request)
@@ -521,7 +565,10 @@ class ReplicaAdmin(admin.ModelAdmin):
             messages.SUCCESS,
         )
 
-    @admin.action(description="Clear lost replicas of the selected replicas' models")
+    @admin.action(
+        description="Clear lost replicas of the selected replicas' models",
+        permissions=["clear_lost"],
+    )
     def clear_lost_selected(self, request: HttpRequest, queryset: QuerySet[Replica]) -> None:
         model_ids = set(queryset.values_list("model_id", flat=True))
         cleared = sum(services.clear_lost(mid, actor=actor_of(request)) for mid in model_ids)

@@ -150,13 +150,21 @@ class SlurmSettings(models.Model):
     user = models.CharField(max_length=100, blank=True, help_text="Sent as X-SLURM-USER-NAME.")
     jwt = encrypt(models.TextField(blank=True, default=""))
     hf_token = encrypt(models.TextField(blank=True, default=""))
-    cache_dir = models.CharField(max_length=500, blank=True)
-    images_dir = models.CharField(max_length=500, blank=True)
-    log_dir = models.CharField(max_length=500, blank=True)
+    cache_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
+    images_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
+    log_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
     setup = models.TextField(
-        blank=True, help_text="Shell lines recipes insert at {{cluster.setup}}."
+        blank=True,
+        validators=[v.validate_cluster_setup],
+        help_text="Shell lines recipes insert at {{cluster.setup}}; they run as shell in every "
+        "job (admin-only).",
     )
-    images = models.JSONField(default=dict, blank=True, help_text="Engine name -> image path.")
+    images = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[v.validate_cluster_images],
+        help_text="Engine name -> image path.",
+    )
     node_addresses = models.JSONField(
         default=dict,
         blank=True,
@@ -282,6 +290,12 @@ class ManagedSpec(TimestampedModel):
 
     class Meta:
         verbose_name = "managed spec"
+        # Action permissions (roles: obleth.accounts.roles). Shell = the lines a job runs.
+        permissions = (
+            ("deploy", "Can deploy a model (create its managed spec)"),
+            ("dismiss_error", "Can dismiss a provision error"),
+            ("change_launch_script", "Can change a spec's shell: script, preamble, command, image"),
+        )
 
     def __str__(self) -> str:
         return f"spec of {self.model_id}"
@@ -335,6 +349,10 @@ class Replica(models.Model):
 
     class Meta:
         ordering: ClassVar[list[str]] = ["model_name", "created_at"]
+        permissions = (
+            ("restart_replica", "Can restart a replica"),
+            ("clear_lost", "Can clear a model's lost replicas"),
+        )
 
     def __str__(self) -> str:
         return f"{self.model_name} job {self.job_id or '(not submitted)'}"

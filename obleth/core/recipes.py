@@ -18,6 +18,31 @@ and the cluster defaults ``cluster.cache``, ``cluster.images``, ``cluster.logs``
 ``cluster.setup``, ``image.<engine>`` (also spelled ``cluster.image.<engine>``). Anything else,
 including shell ``${...}`` and ``$(...)``, is left as written, and substituted text is never
 scanned again.
+
+Values are data, never shell code (the design, in full in :mod:`obleth.core.recipe_shell`):
+
+- A value of inert characters only (letters, digits, ``_ @ % + = : , . / -``; every usual
+  model id, folder, number) is written where its token is, so a script reads as it always did.
+- Any other value is assigned once, single-quoted, to a variable at the top of the script
+  (``OBLETH_INPUT_<name>=...``, ``OBLETH_VALUE_API_MODEL_NAME=...``, ``OBLETH_CLUSTER_CACHE=...``)
+  and the token becomes a reference to it, written for where the token sits: ``"${X}"`` for a
+  bare word, ``${X}`` inside ``"..."``, ``'"${X}"'`` inside ``'...'``; a bare ``text`` input
+  becomes ``"${X[@]}"``, the words the operator typed, split like a command line, never expanded.
+  Bash never re-reads an expanded variable as code, so quoting cannot go wrong wherever the
+  token is; only arithmetic (``$((...))``) would, and there a non-inert value is refused.
+- Every value that reaches the script (inputs, the API model name, cluster defaults) is refused
+  when it holds NUL or control characters, a line break, ``#SBATCH`` or more than 4096
+  characters; numbers, choices, flags and paths are checked against their type. The error names
+  the input (``inputs.<name>``) and the fix. ``{{...}}`` typed in a value is text, never filled
+  in (a cluster token there is refused with a hint); only the recipe's own defaults take
+  cluster defaults.
+- ``{{cluster.setup}}`` is the operator's own shell lines, inserted as written by design: it is
+  an admin-only setting (validated when saved: no NUL, no ``#SBATCH`` lines).
+- ``#SBATCH`` lines are read from the script as written (a ``{{token}}`` in one is refused), and
+  :func:`deploy` lifts placement from that text, never the rendered one; :func:`render` also
+  refuses a result whose ``#SBATCH`` lines differ from the recipe's.
+- The YAML header is read with anchors and aliases refused, at most 16 levels deep and 64 KB; a
+  whole recipe is at most 256 KB.
 """
 
 from __future__ import annotations
@@ -36,6 +61,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from obleth.core.choices import HostingMode, ModelType
+from obleth.core.recipe_shell import OTHER, ShellValues, token_contexts, value_problem
 
 if TYPE_CHECKING:
     from obleth.core.models import Model, Recipe, SlurmSettings
@@ -225,9 +251,45 @@ class ParsedRecipe:
 # ----------------------------------------------------------------------------- YAML loading
 
 
+MAX_RECIPE_CHARS = 256 * 1024
+MAX_HEADER_CHARS = 64 * 1024
+MAX_HEADER_DEPTH = 16
+
+
+class _HeaderRefused(yaml.MarkedYAMLError):
+    """A header construct recipes do not accept (aliases, anchors, deep nesting)."""
+
+
 class _HeaderLoader(yaml.SafeLoader):
     """SafeLoader without YAML 1.1's surprises for recipe headers: ``4:00:00`` stays a string
-    (not the base-60 number 14400) and ``2026-10-03`` stays a string (not a date)."""
+    (not the base-60 number 14400) and ``2026-10-03`` stays a string (not a date).
+
+    Anchors (``&a``) and aliases (``*a``, also in ``<<: *a``) are refused as soon as the
+    composer meets them, so a "billion laughs" header costs nothing; nesting deeper than
+    :data:`MAX_HEADER_DEPTH` is refused too (the composer is recursive)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise _HeaderRefused(
+                problem=(
+                    "anchors and aliases (&name, *name) are not allowed in a recipe header: "
+                    "write each value out"
+                ),
+                problem_mark=event.start_mark,
+            )
+        if self._depth >= MAX_HEADER_DEPTH:
+            raise _HeaderRefused(
+                problem=f"the header nests deeper than {MAX_HEADER_DEPTH} levels: flatten it",
+                problem_mark=event.start_mark,
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _HeaderLoader.yaml_implicit_resolvers = {
@@ -249,6 +311,11 @@ _HeaderLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)?\.[0-9_]+(?:[eE][-+]?[0-9]+)?$"),
     list("-+0123456789."),
 )
+
+
+def _load_header(header_text: str) -> Any:
+    """The header's YAML (a SafeLoader subclass: no Python objects, no aliases)."""
+    return yaml.load(header_text, Loader=_HeaderLoader)  # noqa: S506 (a SafeLoader)
 
 
 def _jsonable(value: Any) -> Any:
@@ -472,10 +539,34 @@ def parse_recipe(text: str) -> ParsedRecipe:
     """Parse and check a recipe document; raise :class:`RecipeError` naming what is wrong."""
     if not isinstance(text, str):
         raise RecipeError("A recipe is text: `---`, the YAML header, `---`, the batch script.")
+    if len(text) > MAX_RECIPE_CHARS:
+        raise RecipeError(
+            f"The recipe is {len(text)} characters long: a recipe is at most "
+            f"{MAX_RECIPE_CHARS} characters. Move data out of it (a venv, an image).",
+            field="recipe",
+        )
     text = normalize_newlines(text).removeprefix("\ufeff")
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise RecipeError(
+            f"Line {line}: the recipe contains a NUL character; remove it.",
+            field="recipe",
+            line=line,
+        )
     header_text, script, header_line, script_line = _split_document(text)
+    if len(header_text) > MAX_HEADER_CHARS:
+        raise RecipeError(
+            f"The YAML header is {len(header_text)} characters long: keep it under "
+            f"{MAX_HEADER_CHARS}.",
+            field="header",
+            line=header_line,
+        )
     try:
-        header = yaml.load(header_text, Loader=_HeaderLoader)  # noqa: S506 (a SafeLoader)
+        header = _load_header(header_text)
+    except _HeaderRefused as exc:
+        mark = exc.problem_mark
+        line = header_line + mark.line if mark is not None else header_line
+        raise RecipeError(f"Line {line}: {exc.problem}.", field="header", line=line) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = header_line + mark.line if mark is not None else header_line
@@ -572,9 +663,14 @@ def parse_recipe(text: str) -> ParsedRecipe:
             field="script",
             line=script_line,
         )
+    _refuse_tokens_in_directives(script, first_line=script_line)
     script = script.lstrip("\n")
     if not script.endswith("\n"):
         script += "\n"
+
+    problem = value_problem(api_model_name)
+    if problem:
+        raise _field_error("api_model_name", problem)
 
     declared = {i.name for i in inputs}
     for token in sorted({m.group(1) for m in _TOKEN_RE.finditer(script)}):
@@ -605,6 +701,19 @@ def parse_recipe(text: str) -> ParsedRecipe:
         header=_jsonable(header),
         warnings=tuple(warnings),
     )
+
+
+def _refuse_tokens_in_directives(script: str, *, first_line: int = 1) -> None:
+    """``#SBATCH`` lines are lifted as written, so a ``{{token}}`` in one is refused."""
+    for number, line in enumerate(normalize_newlines(script).split("\n"), start=first_line):
+        if re.match(r"^\s*#SBATCH(\s|$)", line) and _TOKEN_RE.search(line):
+            raise RecipeError(
+                f"Line {number}: `{line.strip()}` has a {{{{token}}}}, but #SBATCH lines are "
+                "read as written (no value can change a directive). Write the value itself, or "
+                "leave the field to the deploy form (partition, qos, account, gres, nodes...).",
+                field="script",
+                line=number,
+            )
 
 
 # ----------------------------------------------------------------------------- #SBATCH lifting
@@ -929,17 +1038,70 @@ def input_defaults(
 def _effective_values(
     parsed: ParsedRecipe, values: Mapping[str, Any], defaults: ClusterDefaults, node_count: int
 ) -> dict[str, tuple[str, str]]:
-    """name -> (value, where it came from: "override", "cluster" or "recipe")."""
+    """name -> (value, where it came from: "override", "cluster" or "recipe").
+
+    A given value is used as typed: ``{{...}}`` in it is text, never filled in (only the
+    recipe's own defaults take cluster defaults)."""
     result: dict[str, tuple[str, str]] = {}
     for inp in parsed.inputs:
         given = values.get(inp.name)
         if given is not None:
-            value, _ = _resolve_cluster(_scalar_text(given).strip(), defaults)
-            result[inp.name] = (value, "override")
+            result[inp.name] = (_scalar_text(given).strip(), "override")
         else:
             value, from_cluster = _input_default(inp, node_count, defaults)
             result[inp.name] = (value, "cluster" if from_cluster else "recipe")
     return result
+
+
+_NUMBER_RE = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def _input_problem(inp: RecipeInput, value: str, source: str) -> str | None:
+    """Why a (non-empty) input value cannot be used, naming the input and the fix; or None."""
+    label = inp.label or inp.name
+    named = f"Input `{inp.name}` ({label})" if inp.label else f"Input `{inp.name}`"
+    problem = value_problem(value)
+    if problem:
+        return f"{named} {problem}"
+    if source == "override":
+        tokens = [m.group(1) for m in _TOKEN_RE.finditer(value) if _is_cluster_token(m.group(1))]
+        if tokens:
+            return (
+                f"{named} is used as typed, so `{{{{{tokens[0]}}}}}` in it would not be filled "
+                "in: type the folder or image itself (leave the input out to use the recipe's "
+                "default)."
+            )
+    if inp.type == "number":
+        if value.strip("+-").lower() in ("nan", "inf", "infinity"):
+            return f"{label} must be a finite number."
+        if not _NUMBER_RE.fullmatch(value):
+            return f"{label} must be a number, not {value!r}."
+        number = float(value)
+        unit = f" {inp.unit}" if inp.unit else ""
+        if not math.isfinite(number):
+            return f"{label} must be a finite number."
+        if inp.min is not None and number < inp.min:
+            return f"{label} must be at least {inp.min:g}{unit}."
+        if inp.max is not None and number > inp.max:
+            return f"{label} must be at most {inp.max:g}{unit}."
+    elif inp.type == "choice" and value not in inp.options:
+        return f"{label} must be one of: {', '.join(inp.options)} (not {value!r})."
+    elif inp.type == "path" and value.startswith("-"):
+        return (
+            f"{named}: a path cannot start with '-' (the program would read it as an option); "
+            "give a folder or image path such as /scratch/models."
+        )
+    elif inp.type == "path" and "," in value:
+        return (
+            f"{named}: a path cannot hold ',' (apptainer --bind and --env read it as a list "
+            "separator); rename the folder or give another one."
+        )
+    elif inp.type == "path" and value.startswith("~"):
+        return (
+            f"{named}: '~' is not expanded in a value (and the job's home may differ); give the "
+            "absolute folder, e.g. /home/me/models."
+        )
+    return None
 
 
 def validate_inputs(
@@ -950,47 +1112,40 @@ def validate_inputs(
     node_count: int = 1,
 ) -> dict[str, str]:
     """Check input values (missing ones take their default). Returns input name -> message;
-    empty when every value is usable. A value naming no declared input is an error too."""
+    empty when every value is usable. A value naming no declared input is an error too, and so
+    is a value :func:`obleth.core.recipe_shell.value_problem` refuses (NUL, line breaks,
+    ``#SBATCH``...)."""
     defaults = cluster_defaults(cluster)
     errors: dict[str, str] = {}
     declared = {i.name for i in parsed.inputs}
     for key in values:
         if key not in declared:
             known = ", ".join(sorted(declared)) or "none"
-            errors[str(key)] = f"`{key}` is not an input of this recipe (its inputs: {known})."
+            shown = str(key).replace("\x00", "\\x00")
+            errors[shown] = f"`{shown}` is not an input of this recipe (its inputs: {known})."
     effective = _effective_values(parsed, values, defaults, node_count)
     for inp in parsed.inputs:
-        value = effective[inp.name][0]
+        value, source = effective[inp.name]
         label = inp.label or inp.name
+        if inp.type == "flag":
+            if value.lower() not in _TRUE_WORDS | _FALSE_WORDS:
+                shown = value if value_problem(value) is None else "that value"
+                errors[inp.name] = f"{label} is a flag: use true or false, not {shown!r}."
+            continue
         unresolved = [
             m.group(1) for m in _TOKEN_RE.finditer(value) if _is_cluster_token(m.group(1))
         ]
-        if inp.type == "flag":
-            if value.lower() not in _TRUE_WORDS | _FALSE_WORDS:
-                errors[inp.name] = f"{label} is a flag: use true or false, not {value!r}."
-            continue
         if inp.required and not value:
             errors[inp.name] = f"{label} is needed: enter a value."
-        elif unresolved:
+        elif unresolved and defaults.value(unresolved[0]) is None:
             errors[inp.name] = (
                 f"{label} uses a cluster default that isn't set ({{{{{unresolved[0]}}}}}); set "
                 "it on the Slurm connection or enter a value."
             )
-        elif value and inp.type == "number":
-            try:
-                number = float(value)
-            except ValueError:
-                errors[inp.name] = f"{label} must be a number, not {value!r}."
-                continue
-            unit = f" {inp.unit}" if inp.unit else ""
-            if not math.isfinite(number):
-                errors[inp.name] = f"{label} must be a finite number."
-            elif inp.min is not None and number < inp.min:
-                errors[inp.name] = f"{label} must be at least {inp.min:g}{unit}."
-            elif inp.max is not None and number > inp.max:
-                errors[inp.name] = f"{label} must be at most {inp.max:g}{unit}."
-        elif value and inp.type == "choice" and value not in inp.options:
-            errors[inp.name] = f"{label} must be one of: {', '.join(inp.options)} (not {value!r})."
+        elif value:
+            problem = _input_problem(inp, value, source)
+            if problem:
+                errors[inp.name] = problem
     return errors
 
 
@@ -1007,6 +1162,38 @@ def _builtin(token: str, api_model_name: str) -> str | None:
         from provisioner.testengine import install_copy
 
         return str(install_copy(settings.OBLETH_ENGINES_DIR))
+    return None
+
+
+_KEEP = object()  # leave the token as written (a missing value, in review mode)
+
+
+def _api_model_name_problem(name: str) -> str | None:
+    problem = value_problem(name)
+    if problem is None and any(_is_cluster_token(m.group(1)) for m in _TOKEN_RE.finditer(name)):
+        problem = (
+            "is used as typed, so a cluster token in it would not be filled in: give the name "
+            "the server answers to."
+        )
+    return f"`api_model_name` {problem}".rstrip(".") if problem else None
+
+
+def _cluster_problem(token: str, value: str) -> str | None:
+    problem = value_problem(value)
+    if problem is None:
+        return None
+    where = _CLUSTER_FIELD.get(token, "images")
+    return f"`{{{{{token}}}}}` (Cluster defaults, {where}) {problem}"
+
+
+def _setup_problem(setup: str) -> str | None:
+    if "\x00" in setup:
+        return "`{{cluster.setup}}` (Cluster defaults, setup) contains a NUL character: remove it."
+    if any(re.match(r"\s*#\s*SBATCH", line, re.IGNORECASE) for line in setup.split("\n")):
+        return (
+            "`{{cluster.setup}}` (Cluster defaults, setup) has a `#SBATCH` line: directives come "
+            "from the recipe and the deploy form only; remove it."
+        )
     return None
 
 
@@ -1027,58 +1214,139 @@ def render(
     (``api_model_name``, ``obleth_root``) fill tokens no input declares. Cluster tokens come
     from ``cluster``. The header's ``env`` is exported after the ``#SBATCH`` block.
 
-    Review mode (strict False) keeps the token of a required empty input or an unset cluster
-    default, so the operator sees what is missing. Strict (launch) mode raises
-    :class:`RecipeError` naming every missing value instead. ``script`` replaces the recipe's
+    Values never become shell code: see the module docstring and
+    :mod:`obleth.core.recipe_shell` for where each value lands. A value that is refused (a line
+    break, NUL, ``#SBATCH``, a bad number...) is a problem named ``inputs.<name>``,
+    ``api_model_name`` or the cluster token.
+
+    Review mode (strict False) keeps the token of a required empty input, an unset cluster
+    default or a refused value, so the operator sees what is missing. Strict (launch) mode
+    raises :class:`RecipeError` naming every problem instead. ``script`` replaces the recipe's
     script (an edited copy) when given.
     """
     defaults = cluster_defaults(cluster)
     inputs = {i.name: i for i in parsed.inputs}
     effective = _effective_values(parsed, values, defaults, node_count)
     problems: dict[str, str] = {}
+    body = normalize_newlines(parsed.script if script is None else script)
+    shebang = body.split("\n", 1)[0]
+    # No shebang: the provisioner adds #!/bin/bash (provisioner/script.py).
+    shell = ShellValues(arrays=not shebang.startswith("#!") or "bash" in shebang)
+    name_problem = _api_model_name_problem(api_model_name)
+    if name_problem:  # checked even when the script does not use it: it is stored with the model
+        problems["api_model_name"] = name_problem
 
-    def fill(match: re.Match[str]) -> str:
-        token = match.group(1)
+    def resolve(token: str) -> tuple[str, str, bool] | str | object:
+        """(variable, value, words) for a value; str for shell text; _KEEP to keep it."""
         inp = inputs.get(token)
         if inp is not None:
-            value = effective[token][0]
+            value, source = effective[token]
             if inp.type == "flag":
                 if not _flag_on(value):
                     return ""
-                value, missing = _resolve_cluster(inp.adds, defaults)
-            else:
-                if not value:
-                    if inp.required:
-                        problems[f"inputs.{token}"] = (
-                            f"input `{token}` ({inp.label}) is needed: enter a value"
-                        )
-                        return match.group(0)
-                    return ""
-                missing = [
-                    m.group(1) for m in _TOKEN_RE.finditer(value) if _is_cluster_token(m.group(1))
-                ]
-            for name in missing:
-                problems[name] = _cluster_hint(name)
-            return value
+                return substitute(inp.adds, cluster_only=True)
+            if not value:
+                if inp.required:
+                    problems[f"inputs.{token}"] = (
+                        f"input `{token}` ({inp.label}) is needed: enter a value"
+                    )
+                    return _KEEP
+                return ""
+            missing = [
+                m.group(1)
+                for m in _TOKEN_RE.finditer(value)
+                if _is_cluster_token(m.group(1)) and defaults.value(m.group(1)) is None
+            ]
+            if missing and source != "override":
+                for name in missing:
+                    problems[name] = _cluster_hint(name)
+                # Review mode shows the recipe's own default text, tokens and all.
+                return inp.by_nodes.get(node_count, inp.default)
+            problem = _input_problem(inp, value, source)
+            if problem:
+                problems[f"inputs.{token}"] = problem.rstrip(".")
+                return _KEEP
+            return (f"OBLETH_INPUT_{token}", value, inp.type == "text")
+        if token == "api_model_name" and name_problem:
+            return _KEEP
         builtin = _builtin(token, api_model_name)
         if builtin is not None:
-            return builtin
+            problem = value_problem(builtin)
+            if problem:
+                problems[token] = f"`{token}` {problem}".rstrip(".")
+                return _KEEP
+            return (f"OBLETH_VALUE_{token.upper()}", builtin, False)
         if _is_cluster_token(token):
-            resolved = defaults.value(token)
-            if resolved is None:
-                problems[token] = _cluster_hint(token)
-                return match.group(0)
-            return resolved
-        return match.group(0)
+            return cluster_value(token)
+        return _KEEP
 
-    body = normalize_newlines(parsed.script if script is None else script)
-    rendered = _TOKEN_RE.sub(fill, body)
-    if parsed.env:
-        exports = [
-            f"export {key}={shlex.quote(_TOKEN_RE.sub(fill, value))}"
-            for key, value in parsed.env.items()
-        ]
-        rendered = _insert_after_directives(rendered, exports)
+    def cluster_value(token: str) -> tuple[str, str, bool] | str | object:
+        resolved = defaults.value(token)
+        if resolved is None:
+            problems[token] = _cluster_hint(token)
+            return _KEEP
+        if token == "cluster.setup":
+            problem = _setup_problem(resolved)
+            if problem:
+                problems[token] = problem.rstrip(".")
+                return _KEEP
+            return resolved  # the operator's own shell lines, by design (admin-only setting)
+        problem = _cluster_problem(token, resolved)
+        if problem:
+            problems[token] = problem.rstrip(".")
+            return _KEEP
+        engine = _image_engine(token)
+        base = f"OBLETH_IMAGE_{engine}" if engine else "OBLETH_" + token.replace(".", "_").upper()
+        return (base, resolved, False)
+
+    def substitute(text: str, *, cluster_only: bool = False) -> str:
+        contexts = token_contexts(text, _TOKEN_RE)
+
+        def fill(match: re.Match[str]) -> str:
+            token = match.group(1)
+            if cluster_only and not _is_cluster_token(token):
+                return match.group(0)
+            outcome = cluster_value(token) if cluster_only else resolve(token)
+            if outcome is _KEEP:
+                return match.group(0)
+            if isinstance(outcome, str):
+                return outcome
+            assert isinstance(outcome, tuple)
+            variable, value, words = outcome
+            try:
+                return shell.place(variable, value, contexts.get(match.start(), OTHER), words=words)
+            except ValueError as exc:
+                key = f"inputs.{token}" if token in inputs else token
+                problems[key] = f"`{{{{{token}}}}}`: the value {exc}"
+                return match.group(0)
+
+        return _TOKEN_RE.sub(fill, text)
+
+    def raw_value(match: re.Match[str]) -> str:
+        """For ``env``: the value itself (the whole export is single-quoted)."""
+        outcome = resolve(match.group(1))
+        if outcome is _KEEP:
+            return match.group(0)
+        if isinstance(outcome, tuple):
+            return str(outcome[1])
+        return str(outcome)
+
+    rendered = substitute(body)
+    exports = [
+        f"export {key}={shlex.quote(_TOKEN_RE.sub(raw_value, value))}"
+        for key, value in parsed.env.items()
+    ]
+    header_lines = [*shell.lines(), *exports]
+    if header_lines:
+        rendered = _insert_after_directives(rendered, header_lines)
+    if [ln.text for ln in lift_sbatch_lines(rendered)] != [
+        ln.text for ln in lift_sbatch_lines(body)
+    ]:
+        problems.setdefault(
+            "script",
+            "the rendered script's #SBATCH lines differ from the recipe's; a value may not add "
+            "or change directives",
+        )
     if strict and problems:
         listed = "; ".join(problems.values())
         raise RecipeError(
@@ -1125,7 +1393,9 @@ class LibraryRecipe:
 def _raw_header(text: str) -> dict[str, Any]:
     try:
         header_text = _split_document(normalize_newlines(text))[0]
-        header = yaml.load(header_text, Loader=_HeaderLoader)  # noqa: S506 (a SafeLoader)
+        if len(header_text) > MAX_HEADER_CHARS:
+            return {}
+        header = _load_header(header_text)
     except (RecipeError, yaml.YAMLError):
         return {}
     return _jsonable(header) if isinstance(header, Mapping) else {}
@@ -1217,7 +1487,15 @@ def _coerce_overrides(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dic
             if isinstance(value, bool) or not isinstance(value, str | int | float):
                 errors[key] = f"Give {key} as text, not {value!r}."
                 continue
-            clean[key] = str(value) if key == "script_body" else str(value).strip()
+            text = str(value) if key == "script_body" else str(value).strip()
+            if key == "script_body":
+                problem = "contains a NUL character: remove it." if "\x00" in text else None
+            else:
+                problem = value_problem(text)
+            if problem:
+                errors[key] = f"{key} {problem}"
+                continue
+            clean[key] = text
         elif key == "enabled":
             if not isinstance(value, bool):
                 errors[key] = f"Give enabled as true or false, not {value!r}."
@@ -1247,7 +1525,7 @@ def deploy(
     recipe_text: str,
     model_name: str,
     overrides: Mapping[str, Any],
-    cluster: SlurmSettings | None,
+    cluster: SlurmSettings | Mapping[str, Any] | ClusterDefaults | None,
     recipe: Recipe | None = None,
 ) -> Model:
     """Create a Slurm-hosted model and its managed spec from a recipe, in one transaction.
@@ -1275,8 +1553,11 @@ def deploy(
 
     errors: dict[str, list[str]] = {}
     name = (model_name or "").strip()
+    name_problem = value_problem(name)
     if not name:
         errors["name"] = ["Give the model a name: the name clients send in the 'model' field."]
+    elif name_problem:
+        errors["name"] = [f"The model name {name_problem}"]
     elif Model.objects.filter(name=name).exists():
         errors["name"] = [f"A model named {name!r} already exists; choose another name."]
     clean, override_errors = _coerce_overrides(overrides)
@@ -1286,9 +1567,23 @@ def deploy(
     if not isinstance(input_values_raw, Mapping):
         errors["inputs"] = ["Give the inputs as a mapping of input name to value."]
         input_values_raw = {}
-    input_values = {str(k): _scalar_text(v) for k, v in input_values_raw.items() if v is not None}
+    for key, value in input_values_raw.items():
+        if isinstance(value, Mapping | list | tuple):
+            errors.setdefault(f"inputs.{key}", []).append(
+                f"Give input `{key}` one value (text, a number or true/false), not a list or "
+                "a mapping."
+            )
+    input_values = {
+        str(k): _scalar_text(v)
+        for k, v in input_values_raw.items()
+        if v is not None and not isinstance(v, Mapping | list | tuple)
+    }
 
     template = clean.get("script_body", parsed.script)
+    try:
+        _refuse_tokens_in_directives(template)
+    except RecipeError as exc:
+        errors.setdefault("script_body", []).append(exc.message)
     # Node count for by_nodes defaults: the override, else the script's own --nodes, else the
     # header's, else 1 (the rendered script is lifted again below).
     pre_lifted, _ = lift_sbatch(template)
@@ -1315,7 +1610,9 @@ def deploy(
         )
     except RecipeError as exc:
         raise ValidationError({k: [v] for k, v in exc.errors.items()}) from None
-    lifted, lift_warnings = lift_sbatch(script)
+    # Placement comes from the script as written (the recipe's, or the edited copy), never from
+    # the rendered text: no value can add or change a directive.
+    lifted, lift_warnings = lift_sbatch(template)
 
     values: dict[str, Any] = {
         "serving_port": parsed.port,

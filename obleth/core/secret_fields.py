@@ -30,6 +30,8 @@ MASK = "********"
 #: Secret fields that are not encrypted (hashes, one-way values), "app_label.model_name.field".
 DECLARED: set[str] = {
     "auth.user.password",  # a password hash: a restored hash logs in
+    "accounts.apitoken.token_hash",  # personal API tokens (SHA-256 of the token)
+    "gateway.gatewaykey.digest",  # gateway keys (SHA-256 of the key)
 }
 
 

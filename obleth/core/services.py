@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from obleth.core.choices import HostingMode, PassStatus, ReplicaState
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
     from provisioner.slurm.types import PingResult
 
 logger = logging.getLogger("obleth.audit")
+
+#: Sent after an operator action (restart, clear lost, dismiss) with ``action``, ``model``,
+#: ``object_id``, ``object_repr`` and ``detail``; obleth.accounts records it in the audit log.
+action_done = Signal()
 
 #: A provisioner whose heartbeat is at most this old is "running" (inclusive).
 RUNNING_WINDOW_SECS = 60
@@ -200,16 +205,34 @@ def restart_replica(replica_id: uuid.UUID | str, *, actor: str = "admin") -> Rep
         replica.model_name,
         replica.job_id or "not submitted",
     )
+    action_done.send(
+        Replica,
+        action="restart_replica",
+        model="replica",
+        object_id=replica.pk,
+        object_repr=str(replica),
+        detail=f"model {replica.model_name}",
+    )
     return replica
 
 
 def restart_replicas(replica_ids: Iterable[uuid.UUID | str], *, actor: str = "admin") -> int:
     """Restart several replicas at once; returns how many were flagged."""
     ids = list(replica_ids)
-    count = Replica.objects.filter(pk__in=ids).update(
+    rows = list(Replica.objects.filter(pk__in=ids))
+    count = Replica.objects.filter(pk__in=[r.pk for r in rows]).update(
         cancel_requested=True, updated_at=timezone.now()
     )
     logger.info("audit: %s asked to restart %d replica(s)", actor, count)
+    for replica in rows:
+        action_done.send(
+            Replica,
+            action="restart_replica",
+            model="replica",
+            object_id=replica.pk,
+            object_repr=str(replica),
+            detail=f"model {replica.model_name}",
+        )
     return count
 
 
@@ -217,6 +240,14 @@ def clear_lost(model_id: uuid.UUID | str, *, actor: str = "admin") -> int:
     """Delete a model's lost replicas now (they no longer count against max_job_failures)."""
     count, _ = Replica.objects.filter(model_id=model_id, state=ReplicaState.LOST).delete()
     logger.info("audit: %s cleared %d lost replica(s) of model %s", actor, count, model_id)
+    action_done.send(
+        Model,
+        action="clear_lost",
+        model="model",
+        object_id=model_id,
+        object_repr=str(Model.objects.filter(pk=model_id).first() or model_id),
+        detail=f"cleared {count} lost replica(s)",
+    )
     return count
 
 
@@ -314,6 +345,14 @@ def set_provision_error(
         actor,
         "set" if text else "dismissed",
         spec.model_id,
+    )
+    action_done.send(
+        ManagedSpec,
+        action="set_provision_error" if text else "dismiss_error",
+        model="managedspec",
+        object_id=spec.model_id,
+        object_repr=str(spec),
+        detail=text[:200],
     )
     return spec
 

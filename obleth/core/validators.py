@@ -160,3 +160,118 @@ def validate_recipe_body(value: str) -> None:
         parse_recipe(value)
     except RecipeError as exc:
         raise ValidationError(str(exc)) from None
+
+
+# ----------------------------------------------------------------------------- cluster defaults
+# The Slurm connection's cluster defaults land in every batch script a recipe renders
+# (obleth.core.recipes): folders and images are data (placed as quoted values there), `setup`
+# is the operator's own shell lines by design.
+
+_CLUSTER_SPECIAL = frozenset(" \t$`\"'\\;&|<>(){}[]*?!~#^,:")
+_ENGINE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_IMAGE_SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
+MAX_SETUP_CHARS = 64 * 1024
+
+
+def _one_line_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return "contains a NUL character: remove it."
+    if "\n" in value or "\r" in value:
+        return "contains a line break: give it on one line."
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        return "contains a control character: use printable text only."
+    return None
+
+
+def validate_cluster_dir(value: str) -> None:
+    """``cache_dir``, ``images_dir``, ``log_dir``: an absolute folder, one line, without shell
+    metacharacters, spaces, or the ``,`` and ``:`` that ``apptainer --bind`` splits on."""
+    if not value:
+        return
+    problem = _one_line_problem(value)
+    if problem:
+        raise ValidationError(f"This folder {problem}")
+    text = value.strip()
+    if not text.startswith("/"):
+        raise ValidationError(
+            f"{text!r} is relative: give an absolute folder on shared storage, e.g. "
+            "/scratch/obleth."
+        )
+    bad = sorted({ch for ch in text if ch in _CLUSTER_SPECIAL})
+    if bad:
+        shown = " ".join("space" if ch == " " else "tab" if ch == "\t" else ch for ch in bad)
+        raise ValidationError(
+            f"{text!r} contains {shown}: recipes pass this folder to the shell and to "
+            "apptainer --bind, so use letters, digits and / . _ - + @ = % only "
+            "(e.g. /scratch/obleth)."
+        )
+
+
+def validate_cluster_setup(value: str) -> None:
+    """``setup``: shell lines every recipe runs at ``{{cluster.setup}}``, as the job user.
+
+    This is operator shell by design (it is an admin-only setting: ``module load cuda``,
+    ``source /opt/env.sh``); what is refused is what no setup needs: NUL and other control
+    characters (tab and line breaks are fine), ``#SBATCH`` lines (directives come from the
+    recipe and the deploy form) and more than 64 KB."""
+    if not value:
+        return
+    if "\x00" in value:
+        raise ValidationError("The setup lines contain a NUL character: remove it.")
+    if any(ord(ch) < 32 and ch not in "\t\n\r" or ord(ch) == 127 for ch in value):
+        raise ValidationError(
+            "The setup lines contain a control character: use printable text, tabs and "
+            "line breaks only."
+        )
+    for number, line in enumerate(value.replace("\r\n", "\n").split("\n"), start=1):
+        if re.match(r"\s*#\s*SBATCH", line, re.IGNORECASE):
+            raise ValidationError(
+                f"Setup line {number} is a #SBATCH directive: setup runs as shell after the "
+                "directives, so set partition, account, QoS or GRES on the recipe or the deploy "
+                "form instead, and remove the line."
+            )
+    if len(value) > MAX_SETUP_CHARS:
+        raise ValidationError(
+            f"The setup lines are {len(value)} characters long: keep them under "
+            f"{MAX_SETUP_CHARS} (source a script from shared storage instead)."
+        )
+
+
+def validate_cluster_images(value: object) -> None:
+    """``images``: engine name -> image. An image is an absolute path (``/images/vllm.sif``), a
+    file name under ``images_dir`` (``vllm.sif``) or a URI (``docker://vllm/vllm-openai:v0.6``),
+    one line without spaces or shell metacharacters. Every bad entry is named."""
+    if value in (None, ""):
+        return
+    if not isinstance(value, dict):
+        raise ValidationError("Give images as a mapping of engine name to image path.")
+    problems: list[str] = []
+    for engine, image in value.items():
+        if not isinstance(engine, str) or not _ENGINE_NAME_RE.match(engine):
+            shown = engine.replace("\x00", "\\x00") if isinstance(engine, str) else engine
+            problems.append(
+                f"{shown!r} is not an engine name: use letters, digits and . _ - (e.g. vllm)."
+            )
+            continue
+        if not isinstance(image, str) or not image.strip():
+            problems.append(
+                f"{engine}: give the image as a path or file name, e.g. /images/{engine}.sif."
+            )
+            continue
+        problem = _one_line_problem(image)
+        if problem:
+            problems.append(f"{engine}: the image {problem}")
+            continue
+        text = image.strip()
+        rest = _IMAGE_SCHEME_RE.sub("", text, count=1)
+        bad = sorted({ch for ch in rest if ch in _CLUSTER_SPECIAL and ch not in ":"})
+        if bad:
+            shown = " ".join("space" if ch == " " else "tab" if ch == "\t" else ch for ch in bad)
+            problems.append(
+                f"{engine}: {text!r} contains {shown}: an image is a path, a file name or a URI "
+                "such as docker://vllm/vllm-openai:latest, without spaces or shell characters."
+            )
+        elif text.startswith("-"):
+            problems.append(f"{engine}: an image cannot start with '-'; give a path or a URI.")
+    if problems:
+        raise ValidationError(problems)

@@ -7,4 +7,4 @@ class GatewayConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
-        from obleth.gateway import signals  # noqa: F401  (connects the receivers)
+        from obleth.gateway import checks, signals  # noqa: F401  (registers checks, receivers)

@@ -1,37 +1,197 @@
-"""Client authentication for the data plane: optional shared API keys.
+"""Client authentication for /v1: gateway keys, closed by default.
 
-OBLETH_GATEWAY_API_KEYS unset (or empty): requests need no key. Set to a comma-separated list:
-every request must send ``Authorization: Bearer <one of them>``.
+- A key is accepted only as ``Authorization: Bearer <key>`` (what every OpenAI client sends).
+  ``x-api-key`` is not read (one way in, one thing to audit); a request that sends only that header
+  is told to use ``Authorization``. A key in the query string (``?api_key=``...) is refused with a
+  400 (query strings end up in access logs and browser histories); it is never logged.
+- Keys are the database rows (:mod:`obleth.gateway.keys`) plus the static
+  ``OBLETH_GATEWAY_API_KEYS``. With none of either, every request gets a 401 saying how to create
+  one, unless ``OBLETH_GATEWAY_OPEN=1``: then keys are not checked at all.
+- Unknown keys count as failures per client address (``obleth.core.limits``, scope
+  ``gateway-key``): past the limit that address gets 429 with ``Retry-After``, the right key
+  included, until the lockout ends. Each refusal logs one line naming the address, never the key.
+- The happy path costs no query: the key table and the lockouts come from the per-process cache.
+- :func:`check_credentials` is the decision, framework-neutral (any front door can call it with
+  the header, the client address and the query parameter names); :func:`authenticate` wraps it
+  for the Django views.
 """
 
 from __future__ import annotations
 
-import hmac
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
-from obleth.logging import register_secret
+from obleth.core import limits
+from obleth.gateway import keys
+from obleth.gateway.keys import KeyEntry
+from obleth.gateway.proxy import openai_error
+
+log = logging.getLogger(__name__)
+
+#: Query parameters that look like a credential; any of them is refused (case-insensitive).
+QUERY_KEY_NAMES = frozenset({"api_key", "api-key", "apikey", "key", "access_token", "token"})
+HOW_TO_CREATE = (
+    "Create one in the admin (Gateway keys, /admin/gateway/gatewaykey/add/), with the Management "
+    "API (POST /api/v1/gateway-keys) or with 'manage.py create_gateway_key --name NAME', "
+    "then send 'Authorization: Bearer <key>'."
+)
+
+MAX_REMEMBERED_FAILURES = 10_000
+_failed_lock = threading.Lock()
+_failed_recently: dict[str, float] = {}  # limits key -> time.monotonic() of this process's failure
 
 
-def client_keys() -> list[str]:
-    """The accepted client keys (settings.OBLETH_GATEWAY_API_KEYS)."""
-    keys = list(settings.OBLETH_GATEWAY_API_KEYS)
-    for key in keys:
-        register_secret(key)
-    return keys
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling /v1: a key, or nobody (open gateway)."""
+
+    key: KeyEntry | None
+
+    def allows(self, model_name: str) -> bool:
+        return self.key is None or self.key.allows(model_name)
 
 
-def is_authorized(request: HttpRequest) -> bool:
-    keys = client_keys()
-    if not keys:
-        return True
-    header = request.headers.get("Authorization", "")
-    scheme, _, supplied = header.partition(" ")
+OPEN_CALLER = Caller(None)
+
+
+def gateway_open() -> bool:
+    return bool(getattr(settings, "OBLETH_GATEWAY_OPEN", False))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An authentication failure, as any front door answers it (OpenAI error shape)."""
+
+    status: int
+    message: str
+    code: str
+    kind: str = "invalid_request_error"
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def response(self) -> HttpResponse:
+        return openai_error(
+            self.status, self.message, kind=self.kind, code=self.code, headers=dict(self.headers)
+        )
+
+
+def _unauthorized(message: str, code: str = "invalid_api_key") -> Refusal:
+    return Refusal(401, message, code, headers=(("WWW-Authenticate", 'Bearer realm="obleth"'),))
+
+
+def _throttled(wait: int) -> Refusal:
+    return Refusal(
+        429,
+        f"Too many failed gateway keys from this address: try again in {wait} s.",
+        "too_many_failed_keys",
+        kind="rate_limit_error",
+        headers=(("Retry-After", str(wait)),),
+    )
+
+
+def check_credentials(
+    authorization: str,
+    *,
+    address: str,
+    path: str = "",
+    query_names: Iterable[str] = (),
+    has_x_api_key: bool = False,
+) -> Caller | Refusal:
+    """The whole decision for one /v1 request, independent of the web framework.
+
+    ``authorization`` is the Authorization header ('' when absent), ``query_names`` the names of
+    the query-string parameters, ``address`` the client address. No query on the happy path
+    (cached key table); an unknown key costs the lockout bookkeeping (a few queries).
+    """
+    if any(name.lower() in QUERY_KEY_NAMES for name in query_names):
+        log.warning(
+            "gateway: refused a request from %s with a key in the query string (path %s); "
+            "the key is not logged",
+            address,
+            path,
+        )
+        return Refusal(
+            400,
+            "Do not put the key in the URL (query strings are logged by proxies and servers): "
+            "send it as 'Authorization: Bearer <key>', and consider this key exposed: revoke it "
+            "and create a new one.",
+            "api_key_in_query",
+        )
+    if gateway_open():
+        return OPEN_CALLER
+    table = keys.get_key_table()
+    if not table.configured():
+        return _unauthorized(
+            "This gateway has no API key yet, so it refuses every request. " + HOW_TO_CREATE,
+            code="no_gateway_keys",
+        )
+    scheme, _, supplied = str(authorization).partition(" ")
     supplied = supplied.strip()
     if scheme.lower() != "bearer" or not supplied:
-        return False
-    ok = False
-    for key in keys:  # compare against every key: no early exit that times the match
-        ok |= hmac.compare_digest(supplied.encode(), key.encode())
-    return ok
+        hint = " This gateway does not read 'x-api-key'." if has_x_api_key else ""
+        return _unauthorized(f"Send your gateway key as 'Authorization: Bearer <key>'.{hint}")
+    limits_key = f"ip:{address}"
+    entry = table.lookup(supplied)
+    if entry is None:
+        return _unknown_key(address, limits_key)
+    wait = table.blocked_for(limits_key)
+    if wait:
+        return _throttled(wait)
+    if entry.revoked:
+        log.info("gateway: revoked key %s used from %s", entry.label, address)
+        return _unauthorized(f"This gateway key ({entry.prefix}…) was revoked.", "revoked_api_key")
+    if entry.expires_at is not None and entry.expired():
+        log.info("gateway: expired key %s used from %s", entry.label, address)
+        return _unauthorized(
+            f"This gateway key ({entry.prefix}…) expired at {entry.expires_at.isoformat()}.",
+            "expired_api_key",
+        )
+    _clear_failures(limits_key)
+    keys.touch(entry)
+    return Caller(entry)
+
+
+def authenticate(request: HttpRequest) -> Caller | HttpResponse:
+    """The caller of a /v1 request (Django views), or the error answer to send instead."""
+    decision = check_credentials(
+        str(request.META.get("HTTP_AUTHORIZATION", "")),
+        address=limits.client_address(request),
+        path=request.path,
+        query_names=request.GET.keys(),
+        has_x_api_key=bool(request.META.get("HTTP_X_API_KEY")),
+    )
+    return decision.response() if isinstance(decision, Refusal) else decision
+
+
+def _unknown_key(address: str, limits_key: str) -> Refusal:
+    wait = limits.retry_after(keys.SCOPE, limits_key)
+    if wait:
+        return _throttled(wait)
+    wait = limits.record_failure(keys.SCOPE, limits_key)
+    if wait:
+        log.warning(
+            "gateway: unknown key from %s; too many failures, address locked out for %s s",
+            address,
+            wait,
+        )
+        keys.invalidate_keys()  # this process sees the lockout at once
+        return _throttled(wait)
+    log.warning("gateway: unknown key from %s (the key is not logged)", address)
+    with _failed_lock:
+        if len(_failed_recently) >= MAX_REMEMBERED_FAILURES:  # many addresses: forget, stay small
+            _failed_recently.clear()
+        _failed_recently[limits_key] = time.monotonic()
+    return _unauthorized("Invalid gateway key.")
+
+
+def _clear_failures(limits_key: str) -> None:
+    """After failures seen by this process, a right key resets the count (one query, once)."""
+    with _failed_lock:
+        if _failed_recently.pop(limits_key, None) is None:
+            return
+    limits.record_success(keys.SCOPE, limits_key)

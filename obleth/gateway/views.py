@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from obleth.gateway.auth import is_authorized
+from obleth.gateway.auth import Caller, authenticate
 from obleth.gateway.proxy import forward, openai_error
 from obleth.gateway.routing import RouteModel, get_route_table
 
@@ -19,13 +19,14 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 View = Callable[..., HttpResponseBase]
 
 
-def _unauthorized() -> HttpResponse:
+def _not_allowed(name: str) -> HttpResponse:
     return openai_error(
-        401,
-        "Send 'Authorization: Bearer <key>' with one of the gateway's API keys "
-        "(OBLETH_GATEWAY_API_KEYS).",
-        code="invalid_api_key",
-        headers={"WWW-Authenticate": 'Bearer realm="obleth"'},
+        403,
+        f"This gateway key may not use the model '{name}'. GET /v1/models lists the models it may "
+        "use; ask an operator to add the model to the key.",
+        kind="permission_error",
+        param="model",
+        code="model_not_allowed",
     )
 
 
@@ -52,9 +53,10 @@ def _model_entry(route: RouteModel) -> dict[str, Any]:
 def list_models(request: HttpRequest) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed("GET")
-    if not is_authorized(request):
-        return _unauthorized()
-    data = [_model_entry(route) for route in get_route_table().listed()]
+    caller = authenticate(request)
+    if not isinstance(caller, Caller):
+        return caller
+    data = [_model_entry(r) for r in get_route_table().listed() if caller.allows(r.name)]
     return JsonResponse({"object": "list", "data": data})
 
 
@@ -62,8 +64,11 @@ def list_models(request: HttpRequest) -> HttpResponse:
 def retrieve_model(request: HttpRequest, name: str) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed("GET")
-    if not is_authorized(request):
-        return _unauthorized()
+    caller = authenticate(request)
+    if not isinstance(caller, Caller):
+        return caller
+    if not caller.allows(name):
+        return _not_allowed(name)
     route = get_route_table().get(name)
     if route is None:
         return _not_found(name)
@@ -88,8 +93,9 @@ def _inference_view(path: str) -> View:
     def view(request: HttpRequest) -> HttpResponseBase:
         if request.method != "POST":
             return _method_not_allowed("POST")
-        if not is_authorized(request):
-            return _unauthorized()
+        caller = authenticate(request)
+        if not isinstance(caller, Caller):
+            return caller
         body = _read_json(request)
         if isinstance(body, HttpResponse):
             return body
@@ -100,6 +106,8 @@ def _inference_view(path: str) -> View:
                 "'model' is required: give the name of a model from GET /v1/models.",
                 param="model",
             )
+        if not caller.allows(name):
+            return _not_allowed(name)
         route = get_route_table().get(name)
         if route is None:
             return _not_found(name)

@@ -12,6 +12,8 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
+from obleth.accounts.models import ApiToken, AuditEntry
+from obleth.accounts.services import create_token
 from obleth.core import services
 from obleth.core.models import (
     Alert,
@@ -26,6 +28,8 @@ from obleth.core.models import (
     Replica,
     SlurmSettings,
 )
+from obleth.gateway import keys
+from obleth.gateway.models import GatewayKey
 from tests.api.conftest import make_jwt
 from tests.api.test_launches_recipes_alerts import GOOD_RECIPE
 from tests.plugins.factories import make_endpoint, make_model, make_slurm_model
@@ -70,7 +74,12 @@ def objects(admin_user: Any) -> dict[type, Any]:
             scope="admin-login", key="ip:192.0.2.1", window_started_at=timezone.now()
         ),
         Group: Group.objects.create(name="operators"),
+        GatewayKey: keys.create_key("team", models=[static]).key,
         type(admin_user): admin_user,
+        ApiToken: create_token(admin_user, "admin page test").token,
+        AuditEntry: AuditEntry.objects.create(
+            actor_name="someone", via="admin", action="update", app_label="core", model="model"
+        ),
     }
 
 

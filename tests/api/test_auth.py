@@ -67,12 +67,22 @@ def test_every_route_refuses_a_logged_in_non_staff_user(
 
 
 @pytest.mark.django_db
-def test_the_admin_token_and_a_staff_session_are_accepted(
+def test_the_admin_token_and_a_staff_session_with_a_role_are_accepted(
     api_client: Any, staff_client: Any
 ) -> None:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from rest_framework.test import APIClient
+
     url = reverse("api:model-list")
     assert api_client.get(url).status_code == 200
-    assert staff_client.get(url).status_code == 200
+    # Staff status alone grants nothing (as in the admin): a role does.
+    assert staff_client.get(url).status_code == 403
+    viewer = get_user_model().objects.create_user("a-viewer", password="x", is_staff=True)
+    viewer.groups.add(Group.objects.get(name="viewer"))
+    client = APIClient()
+    client.force_login(viewer)
+    assert client.get(url).status_code == 200
 
 
 @pytest.mark.django_db

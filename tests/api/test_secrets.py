@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from obleth.core.models import Alert, Endpoint, Launch, Recipe, Replica
+from obleth.gateway import keys
 from tests.api.conftest import API, api_routes, make_jwt
 from tests.api.test_launches_recipes_alerts import GOOD_RECIPE
 from tests.plugins.factories import make_model, make_slurm_model
@@ -61,9 +62,20 @@ def world(api_client: Any, caplog: Any) -> dict[str, Any]:
     )
     recipe = Recipe.objects.create(name="r", body=GOOD_RECIPE)
     alert = Alert.objects.create(key="k", title="t")
+    gateway_key = keys.create_key("team", models=[static])
     bodies = [settings_put.content, created.content]
+    from django.contrib.auth import get_user_model
+
+    from obleth.accounts.models import AuditEntry
+    from obleth.accounts.services import create_token
+
+    owner = get_user_model().objects.create_user("token-owner", password="x", is_staff=True)
+    token = create_token(owner, "secrets test").token
+    audit = AuditEntry.objects.filter(model="slurmsettings").first()
+    assert audit is not None  # the settings PUT above was recorded, secrets masked
     return {
         "secrets": [
+            *_secret_pieces(gateway_key.secret),
             *_secret_pieces(jwt_token),
             *_secret_pieces(API_KEY),
             *_secret_pieces(HF_TOKEN),
@@ -77,6 +89,9 @@ def world(api_client: Any, caplog: Any) -> dict[str, Any]:
             "launch": launch.pk,
             "recipe": recipe.pk,
             "alert": alert.pk,
+            "token": token.pk,
+            "audit": audit.pk,
+            "gateway-key": gateway_key.key.pk,
         },
         "endpoint_model": static.pk,
     }

@@ -28,6 +28,7 @@ from obleth.core.models import (
     Replica,
     SlurmSettings,
 )
+from obleth.gateway import keys
 from provisioner.reconcile import run_pass
 from tests.e2e.conftest import ProvisionerEnv, engine_control, engine_stats, squeue
 from tests.plugins.real_slurm import run_slurm_local, scancel
@@ -79,7 +80,8 @@ def test_two_replicas_become_healthy_routable_and_warmed_up(
     launches = Launch.objects.filter(model_id=model.pk)
     assert launches.count() == 2 and all(launch.healthy_at and launch.job_id for launch in launches)
 
-    answer = Client().post(
+    key = keys.create_key("e2e")  # the gateway is closed without a key
+    answer = Client(HTTP_AUTHORIZATION=f"Bearer {key.secret}").post(
         "/v1/chat/completions",
         data=json.dumps({"model": "e2e-chat", "messages": [{"role": "user", "content": "hi"}]}),
         content_type="application/json",

@@ -30,6 +30,7 @@ from django.test import Client
 
 from obleth.core.models import Endpoint, Launch, SlurmSettings
 from obleth.core.recipes import deploy
+from obleth.gateway import keys
 from tests.e2e.conftest import ProvisionerEnv
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
@@ -142,7 +143,7 @@ def test_llamacpp_smollm2_replica_answers_through_the_gateway(
     assert served["owned_by"] == "llamacpp", listed
     assert served["meta"]["n_params"] == SMOLLM2_PARAMS, listed
 
-    client = Client()
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('e2e').secret}")  # closed gateway
     answer = _chat(client)
     first_answer = time.monotonic()
     _report(record_property, "healthy_to_first_answer_s", first_answer - healthy)

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from obleth.gateway.health import clear_catalog_cache
+from obleth.gateway.keys import invalidate_keys
 from obleth.gateway.routing import invalidate_routes
 
 ENGINE = Path(__file__).resolve().parents[2] / "provisioner" / "testengine" / "server.py"
@@ -38,10 +39,20 @@ def free_port() -> int:
 @pytest.fixture(autouse=True)
 def _fresh_caches() -> Iterator[None]:
     invalidate_routes()
+    invalidate_keys()
     clear_catalog_cache()
     yield
     invalidate_routes()
+    invalidate_keys()
     clear_catalog_cache()
+
+
+@pytest.fixture(autouse=True)
+def _open_gateway(settings: Any) -> None:
+    """These tests are about routing and forwarding, not keys: the gateway is explicitly open
+    here (it is closed by default). Tests of keys set OBLETH_GATEWAY_OPEN = False themselves;
+    tests/security/test_gateway_keys.py covers the closed gateway."""
+    settings.OBLETH_GATEWAY_OPEN = True
 
 
 @dataclass

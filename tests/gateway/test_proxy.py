@@ -111,13 +111,23 @@ def test_bad_requests_name_the_problem(client: Client) -> None:
 # ----------------------------------------------------------------------------- auth
 
 
-def test_no_keys_configured_means_no_auth(client: Client, engine: Engine, monkeypatch: Any) -> None:
-    monkeypatch.delenv("OBLETH_GATEWAY_API_KEYS", raising=False)
-    make_endpoint(make_model(name="open"), api_base=engine.api_base)
+def test_open_gateway_takes_requests_without_a_key(client: Client, engine: Engine) -> None:
+    make_endpoint(make_model(name="open"), api_base=engine.api_base)  # OPEN=1 (conftest)
     assert post(client, "/v1/chat/completions", {"model": "open", **CHAT}).status_code == 200
 
 
+def test_no_keys_configured_means_closed(client: Client, engine: Engine, settings: Any) -> None:
+    settings.OBLETH_GATEWAY_OPEN = False
+    settings.OBLETH_GATEWAY_API_KEYS = []
+    make_endpoint(make_model(name="shut"), api_base=engine.api_base)
+    response = post(client, "/v1/chat/completions", {"model": "shut", **CHAT})
+    assert response.status_code == 401
+    assert error_of(response)["code"] == "no_gateway_keys"
+    assert engine.inference_count("/v1/chat/completions") == 0
+
+
 def test_configured_keys_are_required(client: Client, engine: Engine, settings: Any) -> None:
+    settings.OBLETH_GATEWAY_OPEN = False
     settings.OBLETH_GATEWAY_API_KEYS = ["key-one-123456", "key-two-654321"]
     make_endpoint(make_model(name="guarded"), api_base=engine.api_base)
     body = {"model": "guarded", **CHAT}
@@ -135,7 +145,9 @@ def test_configured_keys_are_required(client: Client, engine: Engine, settings: 
 
 def test_keys_from_setting_win_over_environment(client: Client, monkeypatch: Any) -> None:
     monkeypatch.setenv("OBLETH_GATEWAY_API_KEYS", "env-key-123456")
-    with override_settings(OBLETH_GATEWAY_API_KEYS=["setting-key-123456"]):
+    with override_settings(
+        OBLETH_GATEWAY_API_KEYS=["setting-key-123456"], OBLETH_GATEWAY_OPEN=False
+    ):
         assert (
             client.get("/v1/models", HTTP_AUTHORIZATION="Bearer env-key-123456").status_code == 401
         )

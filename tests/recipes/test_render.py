@@ -95,8 +95,13 @@ RENDER_TABLE = [
     ("{{cluster.cache}}", {"model": "m"}, {"cluster": None}, "{{cluster.cache}}"),
     ("{{undeclared}}", {"model": "m"}, {}, "{{undeclared}}"),
     ("${HOME} $(hostname) ${X:-{{model}}}", {"model": "m"}, {}, "${HOME} $(hostname) ${X:-m}"),
-    ("{{model}}", {"model": "{{api_model_name}}"}, {}, "{{api_model_name}}"),
-    ("{{model}}", {"model": "{{cluster.cache}}/x"}, {}, "/c/x"),
+    ("{{model}}", {"model": "a;b"}, {}, '"${OBLETH_INPUT_model[@]}"'),
+    ("{{model}}", {"model": "it's"}, {}, "{{model}}"),  # unpaired quote: refused
+    ('"{{model}}"', {"model": "a b"}, {}, '"${OBLETH_INPUT_model}"'),
+    ("{{model}}", {"model": "--a x --b"}, {}, "--a x --b"),
+    ('"{{cache}}"', {"model": "m", "cache": "/my dir"}, {}, '"${OBLETH_INPUT_cache}"'),
+    ("{{cache}}", {"model": "m", "cache": "/my dir"}, {}, '"${OBLETH_INPUT_cache}"'),
+    ("'{{cache}}'", {"model": "m", "cache": "/my dir"}, {}, "''\"${OBLETH_INPUT_cache}\"''"),
 ]
 
 
