@@ -911,8 +911,8 @@ class LeaseAdmin(admin.ModelAdmin):
 
 @admin.register(AuthFailureWindow)
 class AuthFailureWindowAdmin(admin.ModelAdmin):
-    """Failed-authentication counts and blocks (admin login, API tokens, gateway keys).
-    Deleting a row unblocks that address or account at once."""
+    """Failed logins, API tokens and gateway keys per address or account. Deleting a row
+    unblocks that address or account at once (after an incident, or a colleague's typo)."""
 
     list_display = ("scope", "key", "failures", "window_started_at", "blocked_until")
     list_filter = ("scope",)

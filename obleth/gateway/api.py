@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from obleth.api.auth import IsOperator
+from obleth.api.permissions import requires
 from obleth.core.models import Model
 from obleth.gateway import keys
 from obleth.gateway.models import GatewayKey
@@ -146,7 +147,13 @@ class GatewayKeyViewSet(viewsets.ModelViewSet[GatewayKey]):
             keys.set_models(key, models)
 
     @extend_schema(summary="Revoke a gateway key (for good)", request=None)
-    @action(detail=True, methods=["post"])
+    @action(
+        detail=True,
+        methods=["post"],
+        permission_classes=[
+            requires("gateway.change_gatewaykey", reads=("gateway.view_gatewaykey",))
+        ],
+    )
     def revoke(self, request: Request, pk: str | None = None) -> Response:
         key = self.get_object()
         keys.revoke_key(key, _actor(request))

@@ -71,7 +71,7 @@ def objects(admin_user: Any) -> dict[type, Any]:
         Alert: Alert.objects.create(key="slurm_reconcile_held", title="reconciliation is failing"),
         Lease: Lease.objects.create(name="model:x", owner="w1", expires_at=timezone.now()),
         AuthFailureWindow: AuthFailureWindow.objects.create(
-            scope="admin-login", key="ip:192.0.2.1", window_started_at=timezone.now()
+            scope="admin-login", key="ip:203.0.113.7", failures=2, window_started_at=timezone.now()
         ),
         Group: Group.objects.create(name="operators"),
         GatewayKey: keys.create_key("team", models=[static]).key,

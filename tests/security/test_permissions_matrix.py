@@ -150,6 +150,12 @@ MATRIX: dict[tuple[str, str], Cell] = {
     **model_viewset("api:recipe-list", "api:recipe-detail", "core.recipe", writable=True),
     **model_viewset("api:alert-list", "api:alert-detail", "core.alert", writable=False),
     **model_viewset("api:audit-list", "api:audit-detail", "accounts.auditentry", writable=False),
+    **model_viewset(
+        "api:gateway-key-list", "api:gateway-key-detail", "gateway.gatewaykey", writable=True
+    ),
+    **action_route(
+        "api:gateway-key-revoke", "gateway.change_gatewaykey", "gateway.view_gatewaykey", 404
+    ),
     **action_route("api:replica-restart", "core.restart_replica", "core.view_replica", 404),
     **action_route("api:model-replica-clear-lost", "core.clear_lost", "core.view_replica", 200),
     **action_route("api:slurm-test", "core.change_slurmsettings", "core.view_slurmsettings", 400),
