@@ -23,10 +23,6 @@ CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
     pytest.skip("no /usr/bin/chromium (apt-get install chromium)", allow_module_level=True)
 
-# The live server needs committed data (a transactional database); serialized_rollback puts
-# back what migrations created (the roles' groups and permissions) for the tests after these.
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
-
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "var" / "screenshots"
 PASSWORD = "browser-Admin-passw0rd"

@@ -39,7 +39,7 @@ PRODUCTION = {
 }
 
 
-def check_deploy(env: dict[str, str]) -> tuple[int, list[str]]:
+def check_deploy(env: dict[str, str]) -> tuple[int, list[str], str]:
     """Run ``manage.py check --deploy``; return its exit code and the check ids it reported,
     leaving out the gateway-open warning (a deliberate switch; see docs/gateway-keys.md)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OBLETH_", "DJANGO_"))}
@@ -60,13 +60,20 @@ def check_deploy(env: dict[str, str]) -> tuple[int, list[str]]:
             continue
         ids.append(check_id)
     assert proc.returncode == 0 or ids, output
-    return proc.returncode, ids
+    return proc.returncode, ids, output
 
 
 def test_check_deploy_is_clean_with_the_documented_tls_settings() -> None:
-    code, ids = check_deploy({**PRODUCTION, **DOCUMENTED_TLS})
+    code, ids, output = check_deploy({**PRODUCTION, **DOCUMENTED_TLS})
     assert ids == []
     assert code == 0
+    assert "System check identified no issues" in output
+
+
+def test_check_deploy_with_the_gateway_open_reports_only_that() -> None:
+    code, ids, output = check_deploy({**PRODUCTION, **DOCUMENTED_TLS, "OBLETH_GATEWAY_OPEN": "1"})
+    assert ids == [] and code == 0
+    assert "(obleth.gateway.W001) OBLETH_GATEWAY_OPEN=1" in output
 
 
 def test_check_deploy_without_preload_warns_only_about_preload() -> None:
