@@ -487,6 +487,26 @@ def test_dumpdata_masks_secrets_by_default(fmt: str, secrets_in_db: dict[str, st
     assert "--include-secrets" in err
 
 
+def test_dumpdata_masks_api_token_and_gateway_key_hashes(admin_user: User) -> None:
+    from obleth.accounts.services import create_token
+    from obleth.gateway import keys
+
+    token = create_token(admin_user, "laptop")
+    key = keys.create_key("team-a")
+    out = io.StringIO()
+    call_command("dumpdata", "accounts", "gateway", stdout=out, stderr=io.StringIO())
+    text = out.getvalue()
+    for value in (token.token.token_hash, key.key.digest, token.secret, key.secret):
+        assert value not in text
+    rows = {r["model"]: r["fields"] for r in json.loads(text)}
+    assert rows["accounts.apitoken"]["token_hash"] == MASK
+    assert rows["gateway.gatewaykey"]["digest"] == MASK
+    assert rows["gateway.gatewaykey"]["prefix"] == key.key.prefix  # names it, not secret
+    full = io.StringIO()
+    call_command("dumpdata", "gateway", "--include-secrets", stdout=full, stderr=io.StringIO())
+    assert key.key.digest in full.getvalue()
+
+
 def test_dumpdata_masked_json_keeps_empty_secrets_empty(secrets_in_db: dict[str, str]) -> None:
     rows = json.loads(dump()[0])
     endpoints = {r["fields"]["name"]: r["fields"] for r in rows if r["model"] == "core.endpoint"}
