@@ -18,13 +18,16 @@ import logging
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
+from obleth.core import validators
 from obleth.core.choices import HostingMode, PassStatus, ReplicaState
 from obleth.core.models import (
+    Endpoint,
     ManagedSpec,
     Model,
     ProvisionerStatus,
@@ -55,6 +58,85 @@ def keep_or_replace_secret(stored: str, supplied: str | None, *, clear: bool = F
     if supplied is None or not supplied.strip():
         return stored
     return supplied.strip()
+
+
+def same_destination(old_url: str | None, new_url: str | None) -> bool:
+    """Whether two URLs name the same place (scheme, host, port and path; case of the scheme
+    and host, and a trailing slash, do not matter)."""
+
+    def key(url: str | None) -> tuple[str, str, str]:
+        text = (url or "").strip()
+        try:
+            parts = urlsplit(text)
+            netloc = parts.netloc.lower()
+        except ValueError:
+            return ("", text, "")
+        return (parts.scheme.lower(), netloc, parts.path.rstrip("/"))
+
+    return key(old_url) == key(new_url)
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundSecret:
+    """The secret to store, and whether a URL change dropped the stored one."""
+
+    value: str
+    dropped: bool
+
+
+def secret_for_destination(
+    stored: str,
+    supplied: str | None,
+    *,
+    old_url: str | None,
+    new_url: str | None,
+    clear: bool = False,
+    keep_for_new_url: bool = False,
+) -> BoundSecret:
+    """The rule for a write-only secret bound to the URL it is sent to (the Slurm JWT and the
+    Hugging Face token to ``slurmrestd_url``, an endpoint's API key to its ``api_base``).
+
+    A supplied secret always wins; ``clear`` empties it. Otherwise the stored secret is kept
+    while the URL stays the same. When the URL changes, the stored secret is dropped (it was
+    given for the old host; sending it to the new one would hand it over) unless
+    ``keep_for_new_url`` is set, which only an admin may send (see ``may_keep_secret``).
+    """
+    if clear:
+        return BoundSecret("", dropped=False)
+    if supplied is not None and supplied.strip():
+        return BoundSecret(supplied.strip(), dropped=False)
+    if (
+        not stored
+        or keep_for_new_url
+        or not (old_url or "").strip()  # no URL yet: the secret was never sent anywhere
+        or same_destination(old_url, new_url)
+    ):
+        return BoundSecret(stored, dropped=False)
+    return BoundSecret("", dropped=True)
+
+
+def may_keep_secret(user: Any) -> bool:
+    """Who may keep a stored secret for a new URL: the admin token, a superuser, or a member of
+    the ``admin`` role."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return False
+    if getattr(user, "username", "") == "admin-token" and getattr(user, "pk", 0) is None:
+        return True  # obleth.api.auth.AdminPrincipal, the bootstrap token
+    if getattr(user, "is_superuser", False):
+        return True
+    groups = getattr(user, "groups", None)
+    return bool(groups is not None and groups.filter(name="admin").exists())
+
+
+def refuse_keep_secret(field: str) -> ValidationError:
+    return ValidationError(
+        {
+            field: (
+                "Only an admin may keep a stored secret for a new URL. Send the secret again "
+                "for the new URL, or leave keep_secret out (the stored one is then removed)."
+            )
+        }
+    )
 
 
 def jwt_expiry(token: str | None) -> dt.datetime | None:
@@ -280,8 +362,10 @@ def upsert_managed_spec(
             if name in _STRIPPED_SPEC_FIELDS and isinstance(value, str):
                 value = value.strip()
             setattr(spec, name, value)
-        # partition: the model's clean() gives the helpful message, not "cannot be blank".
-        spec.full_clean(exclude=["model", "partition"], validate_unique=False)
+        # A blank partition: the model's clean() gives the helpful message, not "cannot be
+        # blank". Any other partition goes through its validator like every other field.
+        exclude = ["model"] if str(spec.partition or "").strip() else ["model", "partition"]
+        spec.full_clean(exclude=exclude, validate_unique=False)
         spec.save()
     logger.info(
         "audit: %s %s the managed spec of %s (fields: %s)",
@@ -338,18 +422,7 @@ SETTINGS_FIELDS = (
 )
 
 
-def validate_images(value: object) -> None:
-    if value in (None, ""):
-        return
-    if not isinstance(value, dict):
-        raise ValidationError("Give images as a mapping of engine name to image path.")
-    for engine, path in value.items():
-        if not isinstance(engine, str) or not engine.strip():
-            raise ValidationError(f"{engine!r} is not an engine name (e.g. vllm).")
-        if not isinstance(path, str) or not path.strip():
-            raise ValidationError(
-                f"{engine}: give the image as a path or file name, e.g. /images/{engine}.sif."
-            )
+validate_images = validators.validate_images
 
 
 def update_slurm_settings(
@@ -359,14 +432,18 @@ def update_slurm_settings(
     jwt_clear: bool = False,
     hf_token: str | None = None,
     hf_token_clear: bool = False,
+    keep_secret: bool = False,
     actor: str = "admin",
 ) -> SlurmSettings:
     """Apply a change to the Slurm connection and cluster defaults.
 
     Fields not in ``values`` keep their stored value. A blank or omitted secret keeps the stored
-    one; ``jwt_clear``/``hf_token_clear`` empty it. Raises ``ValidationError`` naming the field
-    (e.g. enabled without a URL or user). The audit line lists field names and whether each
-    secret is set, never a secret.
+    one; ``jwt_clear``/``hf_token_clear`` empty it. A changed ``slurmrestd_url`` drops the
+    stored JWT and Hugging Face token (both travel to that host: the token in every job's
+    environment) unless they are sent again or ``keep_secret`` is set (the caller checks
+    ``may_keep_secret``). Raises ``ValidationError`` naming the field (e.g. enabled without a
+    URL or user). The audit line lists field names and whether each secret is set, never a
+    secret.
     """
     unknown = set(values) - set(SETTINGS_FIELDS)
     if unknown:
@@ -379,13 +456,34 @@ def update_slurm_settings(
     with transaction.atomic():
         SlurmSettings.objects.get_or_create(pk=1)
         obj = SlurmSettings.objects.select_for_update().get(pk=1)
+        old_url = obj.slurmrestd_url
         for name, value in values.items():
             if value is None:
                 value = _field_default(SlurmSettings, name)
             setattr(obj, name, value)
+        if isinstance(obj.slurmrestd_url, str):
+            obj.slurmrestd_url = obj.slurmrestd_url.strip().rstrip("/")
+        for name in ("user", "api_version"):
+            if isinstance(getattr(obj, name), str):
+                setattr(obj, name, getattr(obj, name).strip())
         old_jwt, old_hf = obj.jwt, obj.hf_token
-        obj.jwt = keep_or_replace_secret(obj.jwt, jwt, clear=jwt_clear)
-        obj.hf_token = keep_or_replace_secret(obj.hf_token, hf_token, clear=hf_token_clear)
+        bound_jwt = secret_for_destination(
+            obj.jwt,
+            jwt,
+            old_url=old_url,
+            new_url=obj.slurmrestd_url,
+            clear=jwt_clear,
+            keep_for_new_url=keep_secret,
+        )
+        bound_hf = secret_for_destination(
+            obj.hf_token,
+            hf_token,
+            old_url=old_url,
+            new_url=obj.slurmrestd_url,
+            clear=hf_token_clear,
+            keep_for_new_url=keep_secret,
+        )
+        obj.jwt, obj.hf_token = bound_jwt.value, bound_hf.value
         obj.full_clean()
         obj.save()
     register_secret(obj.jwt)
@@ -394,12 +492,39 @@ def update_slurm_settings(
         "audit: %s updated Slurm settings (fields: %s; jwt %s, set=%s; hf_token %s, set=%s)",
         actor,
         ", ".join(sorted(values)) or "none",
-        "changed" if obj.jwt != old_jwt else "unchanged",
+        "removed for the new URL"
+        if bound_jwt.dropped
+        else ("changed" if obj.jwt != old_jwt else "unchanged"),
         bool(obj.jwt),
-        "changed" if obj.hf_token != old_hf else "unchanged",
+        "removed for the new URL"
+        if bound_hf.dropped
+        else ("changed" if obj.hf_token != old_hf else "unchanged"),
         bool(obj.hf_token),
     )
     return obj
+
+
+def endpoint_api_key(
+    endpoint: Endpoint,
+    supplied: str | None,
+    *,
+    new_api_base: str | None,
+    clear: bool = False,
+    keep_secret: bool = False,
+) -> BoundSecret:
+    """The API key an endpoint keeps after a change (``secret_for_destination`` with the stored
+    ``api_base``; a new endpoint has none stored). Used by the API and the admin alike."""
+    stored = None
+    if endpoint.pk is not None and not endpoint._state.adding:
+        stored = Endpoint.objects.filter(pk=endpoint.pk).only("api_base", "api_key").first()
+    return secret_for_destination(
+        (stored.api_key or "") if stored is not None else "",
+        supplied,
+        old_url=stored.api_base if stored is not None else new_api_base,
+        new_url=new_api_base,
+        clear=clear,
+        keep_for_new_url=keep_secret,
+    )
 
 
 # --------------------------------------------------------------------------------- Slurm client
