@@ -9,3 +9,5 @@ urlpatterns = [
     path("api/", include("obleth.api.urls")),
     path("v1/", include("obleth.gateway.urls")),
 ]
+
+handler404 = "obleth.api.errors.not_found"

@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -36,3 +38,40 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(data, dict) and "detail" in data:
         response.data = {"error": str(data["detail"])}
     return response
+
+
+def _is_operator(request: HttpRequest) -> bool:
+    """Whether the request carries the credentials the API takes (token or staff session)."""
+    from rest_framework.request import Request
+    from rest_framework.settings import api_settings
+
+    drf_request = Request(
+        request, authenticators=[cls() for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
+    )
+    try:
+        user = drf_request.user
+    except exceptions.APIException:
+        return False
+    return bool(user and getattr(user, "is_authenticated", False) and user.is_staff)
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """handler404: under /api/ a 404 is JSON in the one error shape (the schema says so), not
+    Django's HTML page, and without credentials it is a 401 like every route (nobody learns
+    which routes exist without them). Elsewhere Django's own page."""
+    if request.path.startswith("/api/"):
+        if not _is_operator(request):
+            response = JsonResponse(
+                {"error": "Authenticate with 'Authorization: Bearer <token>' or a staff session."},
+                status=401,
+            )
+            response["WWW-Authenticate"] = 'Bearer realm="obleth"'
+            return response
+        return JsonResponse(
+            {
+                "error": f"No such route or object: {request.path[:200]}. The routes are listed "
+                "at /api/docs/; ids are UUIDs."
+            },
+            status=404,
+        )
+    return page_not_found(request, exception or Http404())
