@@ -479,7 +479,9 @@ def _url(value: str, field: str, *, example: str, refuse_link_local: bool) -> No
             f"{field} is {len(value)} characters long; use at most {MAX_URL_CHARS}."
         )
     text = value.strip()
-    bad = next((ch for ch in text if ch.isspace() or _first_control(ch) or not ch.isascii()), None)
+    bad = next((ch for ch in value if _first_control(ch)), None) or next(
+        (ch for ch in text if ch.isspace() or not ch.isascii()), None
+    )
     if bad is not None:
         raise ValidationError(
             f"{field} holds {_describe(bad)}: write the URL on one line without spaces or "
@@ -596,7 +598,7 @@ def nul_path(value: Any, path: str = "") -> str | None:
 
 
 def _json_without_nul(value: Any, field: str) -> None:
-    where = nul_path(value)
+    where = nul_path(value, field)
     if where is not None:
         raise ValidationError(
             f"{field} holds a NUL character (\\u0000) at {where}: remove it, it cannot be stored."
