@@ -10,4 +10,5 @@ urlpatterns = [
     path("v1/", include("obleth.gateway.urls")),
 ]
 
+handler400 = "obleth.api.errors.bad_request"
 handler404 = "obleth.api.errors.not_found"

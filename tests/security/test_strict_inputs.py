@@ -712,3 +712,33 @@ def test_a_staff_session_gets_the_same_answers(db: Any, slurm_model: Model) -> N
     client.force_login(user)
     response = client.patch(managed_url(slurm_model), {"partition": "a b"}, format="json")
     refused(response, "partition")
+
+
+def test_a_body_over_the_upload_limit_is_a_json_400(api_client: APIClient) -> None:
+    model = make_model(name="big-body")
+    response = api_client.patch(
+        f"{API}/models/{model.pk}", {"upstream_model": "x" * (3 * MB)}, format="json"
+    )
+    assert response.status_code == 400
+    assert "larger than" in response.json()["error"]
+
+
+def test_a_body_that_is_not_json_is_a_400_in_the_error_shape(api_client: APIClient) -> None:
+    model = make_model(name="bad-json")
+    response = api_client.generic(
+        "PATCH", f"{API}/models/{model.pk}", b"\xff\xfe{", content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert set(response.json()) == {"error"} and "JSON parse error" in response.json()["error"]
+
+
+def test_an_unknown_api_url_is_json_401_without_credentials_and_404_with() -> None:
+    anonymous = APIClient()
+    response = anonymous.get(f"{API}/models/not-a-uuid")
+    assert response.status_code == 401 and "error" in response.json()
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    from django.conf import settings
+
+    anonymous.credentials(HTTP_AUTHORIZATION=f"Bearer {settings.OBLETH_ADMIN_TOKEN}")
+    response = anonymous.get(f"{API}/models/not-a-uuid")
+    assert response.status_code == 404 and "No such route" in response.json()["error"]
