@@ -53,11 +53,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 def _is_operator(request: HttpRequest) -> bool:
     """Whether the request carries the credentials the API takes (token or staff session)."""
     from rest_framework.request import Request
-    from rest_framework.settings import api_settings
+    from rest_framework.views import APIView
 
-    drf_request = Request(
-        request, authenticators=[cls() for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
-    )
+    drf_request = Request(request, authenticators=APIView().get_authenticators())
     try:
         user = drf_request.user
     except exceptions.APIException:
