@@ -96,3 +96,27 @@ def test_a_bad_row_does_not_use_up_the_tries(client: Client, recorder: Recorder)
     invalidate_routes()
     assert _post(client).status_code == 200
     assert len(recorder.inference_requests()) == 1
+
+
+@pytest.mark.parametrize("bad", BAD_ROWS)
+def test_the_health_check_marks_a_bad_row_unhealthy_instead_of_crashing(
+    recorder: Recorder, bad: dict[str, str]
+) -> None:
+    from obleth.core.choices import HealthStatus
+    from obleth.gateway import health
+
+    model = make_model(name="robust")
+    broken = make_endpoint(model, name="broken", api_base="http://127.0.0.1:9/v1")
+    Endpoint.objects.filter(pk=broken.pk).update(**{k: v for k, v in bad.items() if k != "api_key"})
+    broken.refresh_from_db()
+    if "api_key" in bad:
+        broken.api_key = bad["api_key"]
+        broken.save(update_fields=["api_key"])
+    healthy = make_endpoint(model, name="healthy", api_base=recorder.api_base)
+    targets = [
+        health.ProbeTarget.of(Endpoint.objects.get(pk=pk), model) for pk in (broken.pk, healthy.pk)
+    ]
+    verdicts = health.probe_many(targets)
+    assert verdicts[str(broken.pk)].status == HealthStatus.UNHEALTHY
+    assert "misconfigured" in verdicts[str(broken.pk)].message
+    assert verdicts[str(healthy.pk)].status != HealthStatus.UNHEALTHY
