@@ -41,6 +41,8 @@ ERROR_ANSWERS = {
     "401": "No valid credentials: send 'Authorization: Bearer <token>' or use a staff session.",
     "403": "Authenticated, but not allowed to do this.",
     "404": "No such object (the message names what was looked for).",
+    "415": "The body's Content-Type is not one the operation reads (application/json, a form "
+    "or multipart), or the body could not be read as that type.",
     "429": "Too many failed authentications from this client or for this account: retry after "
     "the Retry-After header's seconds.",
 }
@@ -54,7 +56,8 @@ def document_error_answers(
     """drf-spectacular postprocessing hook: every operation documents its error answers.
 
     401, 403 and 429 everywhere; 404 where the path names an object; 400 where a body or a query
-    parameter is read. All in the one ``Error`` shape ``obleth.api.errors`` answers with.
+    parameter is read; 415 where a body is read. All in the one ``Error`` shape
+    ``obleth.api.errors`` answers with.
     """
     components = result.setdefault("components", {}).setdefault("schemas", {})
     components["Error"] = ERROR_SCHEMA
@@ -73,6 +76,8 @@ def document_error_answers(
                 or any(p.get("in") == "query" for p in params)
             ):
                 codes.append("400")
+            if "requestBody" in operation:
+                codes.append("415")
             for code in codes:
                 operation["responses"].setdefault(
                     code,
