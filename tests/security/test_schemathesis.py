@@ -17,6 +17,7 @@ the run takes a minute or two in CI.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -117,7 +118,7 @@ def world(db: Any) -> dict[str, str]:
 def aim_at_real_rows(case: Any, world: dict[str, str]) -> None:
     """Most examples address the world's rows (a random UUID only ever finds a 404)."""
     params = case.path_parameters or {}
-    if not params or hash(repr(case.body)) % 4 == 0:
+    if not params or zlib.crc32(repr(case.body).encode()) % 4 == 0:
         return  # a quarter keep their generated ids: the 404 answers are fuzzed too
     path = case.operation.path
     if "model_id" in params:
