@@ -235,7 +235,7 @@ class Recipe(TimestampedModel):
         help_text="---\\n<YAML header>\\n---\\n<batch script>",
         validators=[v.validate_recipe_body],
     )
-    author = models.CharField(max_length=200, blank=True, validators=[v.validate_name_text])
+    author = models.CharField(max_length=200, blank=True, validators=[v.validate_author])
 
     class Meta:
         ordering: ClassVar[list[str]] = ["name"]

@@ -68,6 +68,10 @@ def validate_name_text(value: str) -> None:
     validate_one_line(value, "name", 300)
 
 
+def validate_author(value: str) -> None:
+    validate_one_line(value, "author", 200)
+
+
 def validate_upstream_model(value: str) -> None:
     validate_one_line(value, "upstream_model", 200)
 

@@ -116,7 +116,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='recipe',
             name='author',
-            field=models.CharField(blank=True, max_length=200, validators=[obleth.core.validators.validate_name_text]),
+            field=models.CharField(blank=True, max_length=200, validators=[obleth.core.validators.validate_author]),
         ),
         migrations.AlterField(
             model_name='recipe',
