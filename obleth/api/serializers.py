@@ -50,6 +50,18 @@ def unknown_field_errors(data: Any, known: Mapping[str, Any]) -> dict[str, list[
     return errors
 
 
+def refuse_any_body_field(data: Any) -> None:
+    """For actions that take no body (restart, clear-lost, the connection test): any field sent
+    is unknown, and a 400 says so rather than ignoring it."""
+    if isinstance(data, Mapping) and data:
+        raise serializers.ValidationError(
+            {
+                str(name): [f"{name!r}: this action takes no fields; send an empty body."]
+                for name in data
+            }
+        )
+
+
 class StrictFieldsMixin:
     """Unknown JSON fields are a 400 naming them, not silently dropped (a typo such as
     ``replica`` for ``target_replicas`` would otherwise be lost with a 200)."""

@@ -283,6 +283,7 @@ class ReplicaViewSet(viewsets.ReadOnlyModelViewSet[Replica]):
     )
     @action(detail=True, methods=["post"])
     def restart(self, request: Request, pk: str) -> Response:
+        serializers.refuse_any_body_field(request.data)
         try:
             replica = services.restart_replica(pk, actor=actor_of(request))
         except Replica.DoesNotExist:
@@ -311,6 +312,7 @@ class ModelReplicaViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Replica
     )
     @action(detail=False, methods=["post"], url_path="clear-lost", filter_backends=[])
     def clear_lost(self, request: Request, model_id: str) -> Response:
+        serializers.refuse_any_body_field(request.data)
         count = services.clear_lost(model_id, actor=actor_of(request))
         return Response({"cleared": count})
 
@@ -422,6 +424,7 @@ class SlurmTestView(GenericAPIView[SlurmSettings]):
         responses={200: serializers.SlurmTestResultSerializer},
     )
     def post(self, request: Request) -> Response:
+        serializers.refuse_any_body_field(request.data)
         result = services.check_slurm_connection(SlurmSettings.load())
         return Response(serializers.SlurmTestResultSerializer(result).data)
 

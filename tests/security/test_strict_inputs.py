@@ -742,3 +742,20 @@ def test_an_unknown_api_url_is_json_401_without_credentials_and_404_with() -> No
     anonymous.credentials(HTTP_AUTHORIZATION=f"Bearer {settings.OBLETH_ADMIN_TOKEN}")
     response = anonymous.get(f"{API}/models/not-a-uuid")
     assert response.status_code == 404 and "No such route" in response.json()["error"]
+
+
+def test_actions_without_a_body_refuse_fields(api_client: APIClient) -> None:
+    from obleth.core.models import Replica
+
+    model = make_slurm_model(name="no-body")
+    replica = Replica.objects.create(model_id=model.pk, model_name=model.name, job_name="j")
+    for url in (
+        f"{API}/replicas/{replica.pk}/restart",
+        f"{API}/models/{model.pk}/replicas/clear-lost",
+        f"{API}/settings/slurm/test",
+    ):
+        response = api_client.post(url, {"force": True}, format="json")
+        assert "takes no fields" in refused(response, "force"), url
+    replica.refresh_from_db()
+    assert replica.cancel_requested is False
+    assert api_client.post(f"{API}/replicas/{replica.pk}/restart").status_code == 200
