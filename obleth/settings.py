@@ -189,6 +189,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "obleth.api.pagination.OblethPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "obleth.api.errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "obleth.api.parsers.StrictJSONParser",
+        "obleth.api.parsers.StrictFormParser",
+        "obleth.api.parsers.StrictMultiPartParser",
+    ],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -202,6 +207,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "obleth.api.schema.document_error_answers",
+    ],
 }
 
 # ----------------------------------------------------------------------------- Celery
