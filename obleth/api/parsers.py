@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import parsers
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ValidationError
 
 from obleth.core.validators import nul_path
 
@@ -23,9 +23,14 @@ def refuse_nul(data: Any) -> Any:
         data_items = data
     where = nul_path(data_items)
     if where is not None:
-        raise ParseError(
-            f"{where}: the request holds a NUL character (\\u0000), which no field accepts. "
-            "Remove it and send the request again."
+        field = where.split(".", 1)[0].split("[", 1)[0] or where
+        raise ValidationError(
+            {
+                field: [
+                    f"{where}: the request holds a NUL character (\\u0000), which no field "
+                    "accepts. Remove it and send the request again."
+                ]
+            }
         )
     return data
 
