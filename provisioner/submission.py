@@ -6,6 +6,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
+from provisioner.identity import KEY_ENV
 from provisioner.script import render_batch_script
 from provisioner.slurm.convert import expand_nodelist, parse_memory_mb, parse_time_limit
 from provisioner.slurm.types import JobSubmission
@@ -20,7 +21,7 @@ DEFAULT_PATH = (
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:"
     "/opt/apptainer/bin:/opt/singularity/bin"
 )
-SECRET_ENV_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
+SECRET_ENV_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", KEY_ENV})
 
 
 def build_submission(
@@ -32,9 +33,13 @@ def build_submission(
     port_span: int,
     excluded_nodes: tuple[str, ...] = (),
     client: SlurmClient | None = None,
+    replica_api_key: str = "",
 ) -> JobSubmission:
     """Everything one submit sends. Values were validated when the spec was saved; a value that
-    no longer parses is left out with a warning rather than blocking every launch."""
+    no longer parses is left out with a warning rather than blocking every launch.
+
+    ``replica_api_key`` goes to the job's environment as ``OBLETH_REPLICA_API_KEY`` (the script
+    text and the job name never carry it; :func:`submission_record` masks it)."""
     script = render_batch_script(
         script_body=spec.script_body,
         image=spec.image,
@@ -47,6 +52,8 @@ def build_submission(
     hf_token = (slurm.hf_token or "").strip()
     if hf_token:
         env += [("HF_TOKEN", hf_token), ("HUGGING_FACE_HUB_TOKEN", hf_token)]
+    if replica_api_key:
+        env.append((KEY_ENV, replica_api_key))
 
     time_limit: int | None = None
     if spec.time_limit.strip():

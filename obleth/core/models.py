@@ -12,7 +12,14 @@ from django.db import models
 from django_cryptography.fields import encrypt
 
 from obleth.core import validators as v
-from obleth.core.choices import HealthStatus, HostingMode, ModelType, PassStatus, ReplicaState
+from obleth.core.choices import (
+    HealthStatus,
+    HostingMode,
+    IdentityCheck,
+    ModelType,
+    PassStatus,
+    ReplicaState,
+)
 
 
 class TimestampedModel(models.Model):
@@ -295,6 +302,16 @@ class ManagedSpec(TimestampedModel):
             errors["script_body"] = (
                 "Give a script_body (a recipe's batch script) or a launch_command."
             )
+        if self.serving_port is not None and self.target_replicas is not None:
+            from django.conf import settings
+
+            from obleth.core.ports import window_range_error
+
+            window = window_range_error(
+                int(self.serving_port), int(self.target_replicas), settings.OBLETH_PORT_SPAN
+            )
+            if window:
+                errors["serving_port"] = window
         if self.min_replicas > self.target_replicas and self.target_replicas > 0:
             errors["min_replicas"] = (
                 f"min_replicas ({self.min_replicas}) cannot exceed target_replicas "
@@ -330,6 +347,18 @@ class Replica(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     healthy_at = models.DateTimeField(null=True, blank=True)
+    # The replica's own secret: its job gets it in the environment (OBLETH_REPLICA_API_KEY), its
+    # engine demands it, the probe proves the port is ours with it and the endpoint sends it.
+    # Generated when the row is written; never shown or logged.
+    api_key = encrypt(models.TextField(blank=True, default="", editable=False))
+    identity_check = models.CharField(
+        max_length=16,
+        choices=IdentityCheck.choices,
+        blank=True,
+        default="",
+        editable=False,
+        help_text="How the probe proves the server on the port is this replica's.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -338,6 +367,12 @@ class Replica(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_name} job {self.job_id or '(not submitted)'}"
+
+    @property
+    def identity_proven(self) -> bool:
+        """True when the probe checks this replica with its own key (refused without it,
+        accepted with it). Model-name checks (Ollama) and rows made before keys are not proof."""
+        return self.identity_check == IdentityCheck.KEY and bool(self.api_key)
 
 
 class Launch(models.Model):
