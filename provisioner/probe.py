@@ -15,8 +15,9 @@ may be another user's. A target with an ``identity`` is promoted only when the s
 proves it is this replica's:
 
 * ``check="key"``: ``GET <identity path>`` (``/v1/models``; llama.cpp: ``/props``) WITHOUT the
-  replica's key is refused (401/403) and the same request WITH ``Authorization: Bearer <key>``
-  succeeds (2xx). A server that answers without the key accepts anything: not ours.
+  replica's key is refused (401/403), with a wrong key is refused too, and WITH
+  ``Authorization: Bearer <key>`` succeeds (2xx). A server that answers without the key (or to
+  any key) accepts anything: not ours.
 * ``check="model-name"`` (engines that cannot check a key, e.g. Ollama): ``GET /v1/models``
   lists the expected model id. Weaker; the replica is shown as "identity not proven".
 
@@ -41,6 +42,7 @@ import ipaddress
 import json
 import os
 import resource
+import secrets
 import socket
 import sys
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
@@ -65,6 +67,7 @@ K = TypeVar("K", bound=Hashable)
 # Values of "status"/"state" in a JSON health body that mean "not ready yet" (case-insensitive).
 LOADING_WORDS = frozenset({"loading", "loading model", "starting", "initializing", "warming up"})
 _MAX_BODY_BYTES = 64 * 1024  # a health answer is tiny; never read more than this
+_DECOYS = 2  # wrong keys sent with the replica key (in a random order) when proving identity
 _FD_RESERVE = 64  # file descriptors left for everything else in the process
 _SOCKET_EXTENSION = "obleth_connected_socket"
 _Address = tuple[socket.AddressFamily, str, int]  # family, IP, IPv6 scope id
@@ -182,6 +185,11 @@ def model_listed(expected: str, listed: Sequence[str]) -> bool:
     if not want:
         return False
     return any(m == want or (":" not in want and m == f"{want}:latest") for m in listed)
+
+
+def _decoy_key() -> str:
+    """A key no replica has, shaped like one: the check that a server compares the key."""
+    return "obr_" + secrets.token_urlsafe(32)
 
 
 def _os_reason(exc: BaseException) -> str:
@@ -491,18 +499,28 @@ class _Prober:
                 f"identity not proven: {path} without the replica key answered HTTP {status} "
                 "(expected 401 or 403)",
             )
-        keyed = await self._get(host, port, path, {"Authorization": f"Bearer {identity.api_key}"})
-        if isinstance(keyed, str):
-            return _PortResult(False, f"identity not proven: GET {path} with the key {keyed}")
-        status = keyed[0]
-        if status in (401, 403):
-            return _PortResult(
-                False, f"wrong server: refused the replica key on {path} (HTTP {status})"
-            )
-        if not 200 <= status < 300:
-            return _PortResult(
-                False, f"identity not proven: {path} with the replica key answered HTTP {status}"
-            )
+        # A server that takes any bearer token is not checking ours: wrong keys, looking just
+        # like the replica's and sent in a random order with it, must be refused too.
+        keys = [identity.api_key, *(_decoy_key() for _ in range(_DECOYS))]
+        secrets.SystemRandom().shuffle(keys)
+        for key in keys:
+            real = key == identity.api_key
+            answer = await self._get(host, port, path, {"Authorization": f"Bearer {key}"})
+            which = "the replica key" if real else "a wrong key"
+            if isinstance(answer, str):
+                return _PortResult(False, f"identity not proven: GET {path} with {which} {answer}")
+            status = answer[0]
+            if not real and 200 <= status < 300:
+                return _PortResult(False, f"wrong server: accepted a wrong key on {path}")
+            if real and status in (401, 403):
+                return _PortResult(
+                    False, f"wrong server: refused the replica key on {path} (HTTP {status})"
+                )
+            if real and not 200 <= status < 300:
+                return _PortResult(
+                    False,
+                    f"identity not proven: {path} with the replica key answered HTTP {status}",
+                )
         return _PortResult(True, "", proof="key")
 
     async def _ask(self, sock: socket.socket, url: str) -> _PortResult:
