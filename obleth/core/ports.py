@@ -36,8 +36,9 @@ def window_range_error(serving_port: int, replicas: int, span: int) -> str | Non
     highest = MAX_PORT - max(replicas, 1) * span + 1
     fit = (MAX_PORT - serving_port + 1) // span
     lower = f"use a serving_port of at most {highest}" if highest >= 1 else "use fewer replicas"
+    fewer = f", or at most {fit} replica(s) from this port" if fit >= 1 else ""
     return (
         f"serving_port {serving_port} with target_replicas {replicas} needs ports up to {last} "
         f"({max(replicas, 1)} windows of OBLETH_PORT_SPAN={span} ports), past 65535: "
-        f"{lower}, or at most {fit} replica(s) from this port."
+        f"{lower}{fewer}."
     )
