@@ -15,6 +15,7 @@ recipe's engine (``launcher_spec.recipe.engine``), or from ``launcher_spec.ident
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ ENGINES_WITHOUT_KEY = frozenset({"ollama"})
 DEFAULT_IDENTITY_PATH = "/v1/models"
 # Engines that leave /v1/models open even with a key: a route they do protect.
 # llama.cpp's llama-server keeps /health, /v1/health, /models, /v1/models and /api/tags public.
+_PATH_RE = re.compile(r"/[A-Za-z0-9._~/-]{0,200}")
 _IDENTITY_PATHS = {"llamacpp": "/props", "llama.cpp": "/props", "llama-cpp": "/props"}
 
 
@@ -77,7 +79,7 @@ def identity_path_for(launcher_spec: Any) -> str:
     """The route the key is proven on: ``/v1/models``, or the engine's protected route."""
     if isinstance(launcher_spec, Mapping):
         chosen = launcher_spec.get("identity_path")
-        if isinstance(chosen, str) and chosen.startswith("/") and chosen.isprintable():
+        if isinstance(chosen, str) and _PATH_RE.fullmatch(chosen):
             return chosen
     return _IDENTITY_PATHS.get(_engine(launcher_spec), DEFAULT_IDENTITY_PATH)
 

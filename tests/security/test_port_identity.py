@@ -79,7 +79,8 @@ class Recorder(ThreadingHTTPServer):
     - ``accept-all``: 200 to everything (health, /v1/models, inference): accepts any key;
     - ``any-bearer``: 401 without an Authorization header, 200 with any bearer token;
     - ``keyed``: an engine that checks ``key`` like vLLM (/health open, /v1 needs the key);
-    - ``ollama``: no key at all; /api/tags and /v1/models list ``models``.
+    - ``ollama``: no key at all; /api/tags and /v1/models list ``models``;
+    - ``stall``: /health answers 200, every other request hangs.
     """
 
     daemon_threads = True
@@ -105,7 +106,9 @@ class Recorder(ThreadingHTTPServer):
                 }
             ],
         }
-        if self.mode == "accept-all":
+        if self.mode == "stall" and path != "/health":
+            time.sleep(30)  # a client that stalls: health is fine, nothing else ever answers
+        if self.mode in ("accept-all", "stall"):
             return 200, listing if path == "/v1/models" else {"status": "ok", **chat}
         if self.mode == "any-bearer":
             if path == "/health":
@@ -337,6 +340,23 @@ def _get(url: str) -> str:
     import httpx
 
     return httpx.get(url, timeout=5).text
+
+
+def test_a_server_that_stalls_after_a_ready_health_is_not_promoted(cluster: Cluster) -> None:
+    base = free_window()
+    model = slurm_model(base)
+    row = cluster.submit_and_key(model)
+    with recorder(base, "stall", models=("idm",)):
+        started = time.monotonic()
+        outcome = probe_one(
+            "127.0.0.1", base, 1, "/health", timeout=1, identity=IdentityProof("key", row.api_key)
+        )
+        took = time.monotonic() - started
+        run_pass()
+        row.refresh_from_db()
+    assert not outcome.ready and "identity not proven: GET /v1/models timed out" in outcome.detail
+    assert took < 10  # bounded by the probe timeout, not by the server
+    assert row.state == ReplicaState.STARTING
 
 
 # ---------------------------------------------------------------------------------- Ollama
