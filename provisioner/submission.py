@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provisioner.identity import KEY_ENV
@@ -40,6 +42,7 @@ def build_submission(
 
     ``replica_api_key`` goes to the job's environment as ``OBLETH_REPLICA_API_KEY`` (the script
     text and the job name never carry it; :func:`submission_record` masks it)."""
+    _refresh_installed_test_engine(spec.script_body)
     script = render_batch_script(
         script_body=spec.script_body,
         image=spec.image,
@@ -114,6 +117,29 @@ def build_submission(
         standard_output=f"{log_dir}/{job_name}-%j.out" if log_dir else "",
         standard_error=f"{log_dir}/{job_name}-%j.err" if log_dir else "",
     )
+
+
+def _refresh_installed_test_engine(script: str) -> None:
+    """A spec rendered before an upgrade runs the installed copy of the test engine; an old copy
+    would not demand the replica key and its replicas would never be promoted. Bring the copy up
+    to date before such a submit (checked once per process; a no-op when it is current)."""
+    if "testengine/server.py" not in script:
+        return
+    from django.conf import settings
+
+    engines_dir = Path(settings.OBLETH_ENGINES_DIR)
+    if str(engines_dir / "testengine" / "server.py") in script:
+        _install_once(engines_dir)
+
+
+@functools.cache
+def _install_once(engines_dir: Path) -> None:
+    from provisioner.testengine import install_copy
+
+    try:
+        install_copy(engines_dir)
+    except OSError as exc:  # the job reports it if the copy is really unusable
+        log.warning("could not refresh the test engine under %s: %s", engines_dir, exc)
 
 
 def collect_nodelist(nodes: list[str]) -> str:

@@ -80,3 +80,33 @@ def test_listed_model_ids(body: bytes, ids: list[str]) -> None:
 )
 def test_model_listed(expected: str, listed: list[str], ok: bool) -> None:
     assert model_listed(expected, listed) is ok
+
+
+def test_a_stale_installed_test_engine_is_refreshed_before_a_submit(
+    db: Any, settings: Any, tmp_path: Any
+) -> None:
+    """A spec rendered before an upgrade points at the installed copy of the test engine; an
+    old copy would not demand the replica key, so the submit brings it up to date."""
+    from obleth.core.models import ManagedSpec, SlurmSettings
+    from provisioner import submission
+    from provisioner.testengine import SERVER_PATH
+    from tests.plugins.factories import make_slurm_model
+
+    settings.OBLETH_ENGINES_DIR = tmp_path
+    stale = tmp_path / "testengine" / "server.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("# an old engine without --api-key\n")
+    model = make_slurm_model(
+        spec={"script_body": f"#!/bin/bash\nexec /usr/bin/python3 {stale} --port 1\n"}
+    )
+    submission._install_once.cache_clear()
+    submission.build_submission(
+        spec=ManagedSpec.objects.get(model=model),
+        slurm=SlurmSettings.load(),
+        job_name="j",
+        port_base=20400,
+        port_span=8,
+        replica_api_key=new_replica_key(),
+    )
+    assert stale.read_bytes() == SERVER_PATH.read_bytes()
+    submission._install_once.cache_clear()
