@@ -67,6 +67,9 @@ K = TypeVar("K", bound=Hashable)
 # Values of "status"/"state" in a JSON health body that mean "not ready yet" (case-insensitive).
 LOADING_WORDS = frozenset({"loading", "loading model", "starting", "initializing", "warming up"})
 _MAX_BODY_BYTES = 64 * 1024  # a health answer is tiny; never read more than this
+# A whole answer (head and body) gets at most this many timeouts: a server that trickles its
+# body a byte at a time cannot hold a probe (and the pass) for hours.
+_WHOLE_ANSWER_TIMEOUTS = 2
 _DECOYS = 2  # wrong keys sent with the replica key (in a random order) when proving identity
 _FD_RESERVE = 64  # file descriptors left for everything else in the process
 _SOCKET_EXTENSION = "obleth_connected_socket"
@@ -443,19 +446,22 @@ class _Prober:
         if isinstance(sock, str):
             return sock
         try:
-            async with self.client.stream(
-                "GET",
-                health_url(host, port, path),
-                headers=headers,
-                extensions={_SOCKET_EXTENSION: sock},
-            ) as response:
+            async with (
+                asyncio.timeout(self.timeout * _WHOLE_ANSWER_TIMEOUTS),
+                self.client.stream(
+                    "GET",
+                    health_url(host, port, path),
+                    headers=headers,
+                    extensions={_SOCKET_EXTENSION: sock},
+                ) as response,
+            ):
                 body = b""
                 async for chunk in response.aiter_bytes():
                     body += chunk
                     if len(body) >= _MAX_BODY_BYTES:
                         break
                 return response.status_code, body
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):
             return "timed out"
         except httpx.HTTPError as exc:
             return f"no HTTP answer ({type(exc).__name__})"
@@ -525,9 +531,10 @@ class _Prober:
 
     async def _ask(self, sock: socket.socket, url: str) -> _PortResult:
         try:
-            async with self.client.stream(
-                "GET", url, extensions={_SOCKET_EXTENSION: sock}
-            ) as response:
+            async with (
+                asyncio.timeout(self.timeout * _WHOLE_ANSWER_TIMEOUTS),
+                self.client.stream("GET", url, extensions={_SOCKET_EXTENSION: sock}) as response,
+            ):
                 body = b""
                 async for chunk in response.aiter_bytes():
                     body += chunk
@@ -535,7 +542,7 @@ class _Prober:
                         break
                 status = response.status_code
                 content_type = response.headers.get("content-type", "")
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):
             return _PortResult(False, "timed out")
         except httpx.HTTPError as exc:  # protocol errors, connection dropped mid-answer
             return _PortResult(False, f"no HTTP answer ({type(exc).__name__})")

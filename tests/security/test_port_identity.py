@@ -80,7 +80,8 @@ class Recorder(ThreadingHTTPServer):
     - ``any-bearer``: 401 without an Authorization header, 200 with any bearer token;
     - ``keyed``: an engine that checks ``key`` like vLLM (/health open, /v1 needs the key);
     - ``ollama``: no key at all; /api/tags and /v1/models list ``models``;
-    - ``stall``: /health answers 200, every other request hangs.
+    - ``stall``: /health answers 200, every other request hangs;
+    - ``trickle``: every answer's body comes one byte every 0.1 s.
     """
 
     daemon_threads = True
@@ -133,6 +134,17 @@ class _Handler(BaseHTTPRequestHandler):
     server: Recorder
 
     def _reply(self) -> None:
+        if self.server.mode == "trickle":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(600):  # one byte every 0.1 s, for a minute
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            return
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
@@ -357,6 +369,16 @@ def test_a_server_that_stalls_after_a_ready_health_is_not_promoted(cluster: Clus
     assert not outcome.ready and "identity not proven: GET /v1/models timed out" in outcome.detail
     assert took < 10  # bounded by the probe timeout, not by the server
     assert row.state == ReplicaState.STARTING
+
+
+def test_a_server_that_trickles_its_answer_cannot_hold_the_probe() -> None:
+    base = free_window(1)
+    with recorder(base, "trickle"):
+        started = time.monotonic()
+        outcome = probe_one("127.0.0.1", base, 1, "/health", timeout=1)
+        took = time.monotonic() - started
+    assert not outcome.ready and "timed out" in outcome.detail
+    assert took < 5  # two timeouts for the whole answer, not one per byte
 
 
 # ---------------------------------------------------------------------------------- Ollama
