@@ -200,3 +200,37 @@ def test_the_api_refuses_the_issue_case_with_a_400_naming_the_field(
     assert "65535" in answer.content.decode()
     spec = ManagedSpec.objects.get(model=model)
     assert spec.serving_port != 65530  # nothing saved
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_puts_a_banner_on_specs_saved_before_the_rule(settings: Any) -> None:
+    """A spec stored with serving_port 65530 and 2 replicas (allowed before) gets nothing
+    submitted any more; the migration says why on its banner instead of failing silently."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    settings.OBLETH_PORT_SPAN = 8
+    before = [("core", "0005_auth_failure_window")]
+    after = [("core", "0006_replica_identity")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    OldModel = old.get_model("core", "Model")
+    OldSpec = old.get_model("core", "ManagedSpec")
+    bad = OldModel.objects.create(name="too-high", hosting_mode="slurm")
+    good = OldModel.objects.create(name="fits", hosting_mode="slurm")
+    for model, port in ((bad, 65530), (good, 8000)):
+        OldSpec.objects.create(
+            model=model,
+            partition="debug",
+            serving_port=port,
+            target_replicas=2,
+            launch_command="x",
+        )
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    executor.loader.build_graph()
+    MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes())
+    banner = ManagedSpec.objects.get(model_id=bad.pk).last_provision_error
+    assert "No replica can be placed: serving_port 65530 with target_replicas 2" in banner
+    assert ManagedSpec.objects.get(model_id=good.pk).last_provision_error == ""
