@@ -439,6 +439,11 @@ class ProvisionErrorSerializer(StrictFieldsMixin, serializers.Serializer[Managed
 
 
 class ReplicaSerializer(serializers.ModelSerializer[Replica]):
+    identity_proven = serializers.BooleanField(
+        read_only=True,
+        help_text="False: the probe could not prove the server is this replica's (e.g. Ollama).",
+    )
+
     class Meta:
         model = Replica
         fields = [
@@ -456,6 +461,8 @@ class ReplicaSerializer(serializers.ModelSerializer[Replica]):
             "last_message",
             "probe_failures",
             "excluded_nodes",
+            "identity_check",
+            "identity_proven",
             "submitted_at",
             "started_at",
             "healthy_at",

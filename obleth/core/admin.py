@@ -603,6 +603,7 @@ REPLICA_FIELDS = (
     "port_base",
     "port",
     "endpoint_id",
+    "identity",
     "cancel_requested",
     "last_message",
     "probe_failures",
@@ -625,6 +626,7 @@ class ReplicaAdmin(ActionPermissions, admin.ModelAdmin):
         "job_id",
         "nodes",
         "port",
+        "identity",
         "cancel_requested",
         "last_message",
         "created_at",
@@ -645,6 +647,11 @@ class ReplicaAdmin(ActionPermissions, admin.ModelAdmin):
     @admin.display(description="state", ordering="state")
     def state_badge(self, obj: Replica) -> SafeString:
         return badge(obj.state, obj.get_state_display())
+
+    @admin.display(description="identity", ordering="identity_check")
+    def identity(self, obj: Replica) -> str:
+        """Whether the probe proves the server is this replica's (never the key itself)."""
+        return "proven (replica key)" if obj.identity_proven else "identity not proven"
 
     @admin.action(
         description="Restart replica (cancel its job; a new one is launched)",

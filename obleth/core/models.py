@@ -12,7 +12,14 @@ from django.db import models
 from django_cryptography.fields import encrypt
 
 from obleth.core import validators as v
-from obleth.core.choices import HealthStatus, HostingMode, ModelType, PassStatus, ReplicaState
+from obleth.core.choices import (
+    HealthStatus,
+    HostingMode,
+    IdentityCheck,
+    ModelType,
+    PassStatus,
+    ReplicaState,
+)
 
 
 class TimestampedModel(models.Model):
@@ -349,7 +356,9 @@ class ManagedSpec(TimestampedModel):
         if isinstance(self.serving_port, int) and isinstance(self.target_replicas, int):
             from django.conf import settings
 
-            window = v.port_window_problem(
+            from obleth.core.ports import window_range_error
+
+            window = window_range_error(
                 self.serving_port, self.target_replicas, settings.OBLETH_PORT_SPAN
             )
             if window and 1 <= self.serving_port <= 65535:
@@ -389,6 +398,18 @@ class Replica(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     healthy_at = models.DateTimeField(null=True, blank=True)
+    # The replica's own secret: its job gets it in the environment (OBLETH_REPLICA_API_KEY), its
+    # engine demands it, the probe proves the port is ours with it and the endpoint sends it.
+    # Generated when the row is written; never shown or logged.
+    api_key = encrypt(models.TextField(blank=True, default="", editable=False))
+    identity_check = models.CharField(
+        max_length=16,
+        choices=IdentityCheck.choices,
+        blank=True,
+        default="",
+        editable=False,
+        help_text="How the probe proves the server on the port is this replica's.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -401,6 +422,12 @@ class Replica(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_name} job {self.job_id or '(not submitted)'}"
+
+    @property
+    def identity_proven(self) -> bool:
+        """True when the probe checks this replica with its own key (refused without it,
+        accepted with it). Model-name checks (Ollama) and rows made before keys are not proof."""
+        return self.identity_check == IdentityCheck.KEY and bool(self.api_key)
 
 
 class Launch(models.Model):

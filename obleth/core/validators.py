@@ -86,21 +86,6 @@ def validate_port(value: int) -> None:
         )
 
 
-def port_window_problem(serving_port: int, replicas: int, span: int) -> str | None:
-    """Why ``replicas`` port windows of ``span`` ports from ``serving_port`` do not fit below
-    65536, or None when they do."""
-    count = max(1, int(replicas))
-    last = int(serving_port) + count * int(span) - 1
-    if last <= 65535:
-        return None
-    highest = max(1, 65536 - count * int(span))
-    return (
-        f"serving_port {serving_port} with {count} replica(s) of {span} ports each "
-        f"(OBLETH_PORT_SPAN) needs ports up to {last}, above 65535: use a serving_port of at most "
-        f"{highest}, or fewer replicas."
-    )
-
-
 # --------------------------------------------------------------------------------- Slurm values
 
 

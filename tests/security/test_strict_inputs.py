@@ -290,9 +290,11 @@ def test_header_values_are_printable_ascii_bounded_and_never_echoed(
 
 
 def test_port_windows_must_fit_below_65536() -> None:
-    problem = v.port_window_problem(65530, 2, 8)
+    from obleth.core.ports import window_range_error
+
+    problem = window_range_error(65530, 2, 8)
     assert problem is not None and "serving_port 65530" in problem and "65520" in problem
-    assert v.port_window_problem(65520, 2, 8) is None
+    assert window_range_error(65520, 2, 8) is None
 
 
 @pytest.mark.parametrize(
