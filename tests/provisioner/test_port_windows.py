@@ -210,8 +210,8 @@ def test_the_migration_puts_a_banner_on_specs_saved_before_the_rule(settings: An
     from django.db.migrations.executor import MigrationExecutor
 
     settings.OBLETH_PORT_SPAN = 8
-    before = [("core", "0005_auth_failure_window")]
-    after = [("core", "0006_replica_identity")]
+    before = [("core", "0008_strict_inputs")]
+    after = [("core", "0009_replica_identity")]
     executor = MigrationExecutor(connection)
     executor.migrate(before)
     old = executor.loader.project_state(before).apps
