@@ -187,6 +187,12 @@ OBLETH_PROVISIONER_FAILED_NODE_MEMORY_SECS = env_int(
 OBLETH_PROVISIONER_PROBE_CONCURRENCY = env_int(
     "OBLETH_PROVISIONER_PROBE_CONCURRENCY", 256, minimum=1
 )
+# Replacement-storm guard: more than N losses of serving replicas of one model within the
+# window slow its replacements (backoff) and alert; never stop them. 0 turns the guard off.
+OBLETH_PROVISIONER_STORM_LOSSES = env_int("OBLETH_PROVISIONER_STORM_LOSSES", 10, minimum=0)
+OBLETH_PROVISIONER_STORM_WINDOW_SECS = env_int(
+    "OBLETH_PROVISIONER_STORM_WINDOW_SECS", 600, minimum=1
+)
 OBLETH_PROVISIONER_LOCK_TTL_SECS = env_int("OBLETH_PROVISIONER_LOCK_TTL_SECS", 120, minimum=5)
 OBLETH_PROVISIONER_DISPATCH = env_str("OBLETH_PROVISIONER_DISPATCH", "celery")  # celery | inline
 OBLETH_PORT_SPAN = env_int("OBLETH_PORT_SPAN", 8, minimum=1)

@@ -21,12 +21,14 @@ from obleth.core.models import Endpoint, Launch, ManagedSpec, Replica, SlurmSett
 from provisioner.domain import (
     EndpointView,
     FailedPlacement,
+    GuardState,
     JobInfo,
     JobPhase,
     Knobs,
     ModelSpec,
     ReplicaState,
     ReplicaView,
+    ServingLoss,
     Snapshot,
 )
 from provisioner.plan import mass_vanish
@@ -66,7 +68,9 @@ def split_nodes(text: str) -> tuple[str, ...]:
     return tuple(n for n in (part.strip() for part in text.split(",")) if n)
 
 
-def replica_view(row: Replica) -> ReplicaView:
+def replica_view(row: Replica, ended: tuple[str, int | None] | None = None) -> ReplicaView:
+    """The plan's view of a row; ``ended`` is its launch's (end_state, exit_code) when lost."""
+    end_state, exit_code = ended if ended is not None else ("", None)
     return ReplicaView(
         id=row.id,
         model_id=row.model_id,
@@ -82,6 +86,9 @@ def replica_view(row: Replica) -> ReplicaView:
         last_message=row.last_message,
         probe_failures=row.probe_failures,
         excluded_nodes=split_nodes(row.excluded_nodes),
+        served=row.healthy_at is not None,
+        end_state=end_state,
+        exit_code=exit_code,
     )
 
 
@@ -105,6 +112,8 @@ def knobs_from_settings() -> Knobs:
         restart_after_failures=settings.OBLETH_PROVISIONER_RESTART_AFTER_FAILURES,
         failed_node_memory_secs=settings.OBLETH_PROVISIONER_FAILED_NODE_MEMORY_SECS,
         job_prefix=settings.OBLETH_PROVISIONER_JOB_PREFIX,
+        storm_losses=settings.OBLETH_PROVISIONER_STORM_LOSSES,
+        storm_window_secs=settings.OBLETH_PROVISIONER_STORM_WINDOW_SECS,
     )
 
 
@@ -167,12 +176,33 @@ def observe(
             .exclude(end_state="rejected")
             .values_list("model_id", "nodes", "ended_at")
         )
+        lost_ids = [row.id for row in replica_rows if row.state == ReplicaState.LOST]
+        ends = {
+            launch_id: (end_state, exit_code)
+            for launch_id, end_state, exit_code in Launch.objects.filter(
+                pk__in=lost_ids
+            ).values_list("id", "end_state", "exit_code")
+        }
+        storm_since = now - dt.timedelta(seconds=max(knobs.storm_window_secs, 0))
+        serving_losses = (
+            tuple(
+                ServingLoss(model_id=model_id, ended_at=ended_at)
+                for model_id, ended_at in Launch.objects.filter(
+                    ended_at__gte=storm_since, healthy_at__isnull=False
+                )
+                .exclude(end_state__startswith="cancelled")
+                .exclude(end_state__in=("deleted", "rejected"))
+                .values_list("model_id", "ended_at")
+            )
+            if knobs.storm_losses > 0
+            else ()
+        )
     except DatabaseError as exc:
         raise HoldPass(f"database read failed; holding: {exc}") from exc
 
     specs = {spec.model_id: spec for spec in spec_rows}
     model_types = {spec.model_id: spec.model.model_type for spec in spec_rows}
-    replicas = [replica_view(row) for row in replica_rows]
+    replicas = [replica_view(row, ends.get(row.id)) for row in replica_rows]
     serving_ports = {row.id: row.port for row in replica_rows if row.port}
 
     hold = mass_vanish(replicas, jobs, listed_at)
@@ -202,6 +232,7 @@ def observe(
                     and now - refused_at < backoff
                     and spec.updated_at <= refused_at
                 ),
+                guard=GuardState(breaker=spec.breaker_message, storm=spec.storm_message),
             )
         )
     known = {s.model_id for s in model_specs}
@@ -311,6 +342,7 @@ def observe(
         endpoints_trusted=True,
         failed_placements=failed,
         candidate_nodes=candidates,
+        serving_losses=serving_losses,
     )
     return Observation(
         snapshot=snapshot,
