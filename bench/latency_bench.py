@@ -43,6 +43,7 @@ import logging
 import os
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -654,6 +655,8 @@ def main() -> int:
             f"--modes takes cadence, shipped, event, fast (got {sorted(unknown)}); -n >= 1"
         )
 
+    # SIGTERM cleans up like Ctrl-C: the jobs, the worker and the gateway are stopped.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     common.setup_django(args.db)
     logging.getLogger("provisioner").setLevel(logging.ERROR)  # "replica lost" is expected here
     from django.conf import settings

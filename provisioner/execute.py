@@ -352,9 +352,9 @@ class Executor:
             "storm_message": action.storm,
         }
         current = ManagedSpec.objects.filter(pk=action.model_id).values(
-            "breaker_message", "breaker_tripped_at", "storm_message", "storm_since"
+            "breaker_message", "storm_message"
         )
-        before = current.first() or {}
+        before: dict[str, Any] = dict(current.first() or {})
         if not action.breaker:
             fields["breaker_tripped_at"] = None
         elif not before.get("breaker_message"):

@@ -193,6 +193,7 @@ def observe(
                 .exclude(end_state__startswith="cancelled")
                 .exclude(end_state__in=("deleted", "rejected"))
                 .values_list("model_id", "ended_at")
+                if ended_at is not None
             )
             if knobs.storm_losses > 0
             else ()

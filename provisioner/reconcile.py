@@ -21,6 +21,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from obleth.core.models import Replica, SlurmSettings
+from obleth.logging import bound, new_pass_id, pass_id
 from provisioner import lease, status
 from provisioner.codec import decode_action, encode_action
 from provisioner.domain import Action, CancelOrphan
@@ -124,6 +125,58 @@ def default_warmup_dispatch(mode: str | None = None) -> WarmupDispatch | None:
     return dispatch
 
 
+# Action class -> the verb of the pass's summary line, in the line's order.
+_VERBS = {
+    "Submit": "submitted",
+    "Adopt": "adopted",
+    "Promote": "promoted",
+    "MarkLost": "lost",
+    "Cancel": "cancelled",
+    "CancelOrphan": "orphans cancelled",
+    "DeleteEndpoint": "endpoints removed",
+    "DeleteReplica": "rows removed",
+    "SetGuard": "guard changes",
+}
+_NO_OP_DETAILS = ("row already has a job", "nothing to update")
+
+
+def summarize(results: list[ActionResult]) -> str:
+    """``submitted 1, promoted 1, lost 2 (1 churn), 1 failed`` for what changed; "" if nothing
+    did (annotations of replica messages alone are not a change worth an INFO line)."""
+    counts: dict[str, int] = defaultdict(int)
+    churn = failed = 0
+    for r in results:
+        if not r.ok:
+            failed += 1
+            continue
+        verb = _VERBS.get(r.action)
+        if verb is None or r.detail.startswith(_NO_OP_DETAILS):
+            continue
+        counts[verb] += 1
+        if r.action == "MarkLost" and "churn" in r.detail:
+            churn += 1
+    parts = []
+    for verb in _VERBS.values():
+        if counts.get(verb):
+            text = f"{verb} {counts[verb]}"
+            if verb == "lost" and churn:
+                text += f" ({churn} churn)"
+            parts.append(text)
+    if failed:
+        parts.append(f"{failed} failed")
+    return ", ".join(parts)
+
+
+def log_outcome(what: str, results: list[ActionResult], duration_ms: int | None = None) -> None:
+    """One INFO line when something changed, DEBUG otherwise."""
+    summary = summarize(results)
+    took = f" in {duration_ms} ms" if duration_ms is not None else ""
+    if summary:
+        log.info("%s%s: %s", what, took, summary)
+    else:
+        log.debug("%s%s: nothing changed (%d action(s))", what, took, len(results))
+
+
 def run_pass(
     *,
     dry_run: bool = False,
@@ -132,13 +185,38 @@ def run_pass(
     client_factory: Callable[[SlurmSettings], SlurmClient] = slurm_client_for,
     fast: bool = False,
 ) -> PassReport:
-    """Run one pass. ``dispatch`` is "inline" (execute here) or "celery" (one task per model).
+    """Run one pass; every line it logs carries its pass id. ``dispatch`` is "inline" (execute
+    here) or "celery" (one task per model).
 
     A fast pass (``fast=True``) is the same pass without probing replicas that already serve:
     one job listing and a few queries, cheap enough to run every second so that ended jobs are
     replaced and ready replicas promoted within about a second. Full passes, on the normal
     interval, also probe serving replicas (zombie detection).
     """
+    with bound(pass_id, new_pass_id()):
+        report = _run_pass(
+            dry_run=dry_run,
+            dispatch=dispatch,
+            warmup=warmup,
+            client_factory=client_factory,
+            fast=fast,
+        )
+        if report.status == "ok" and not dry_run:
+            kind = "fast pass" if fast else "pass"
+            log_outcome(kind, report.results, report.duration_ms)
+            if report.dispatched_models:
+                log.debug("%s: %d model task(s) dispatched", kind, report.dispatched_models)
+        return report
+
+
+def _run_pass(
+    *,
+    dry_run: bool,
+    dispatch: str | None,
+    warmup: WarmupDispatch | None | bool,
+    client_factory: Callable[[SlurmSettings], SlurmClient],
+    fast: bool,
+) -> PassReport:
     started = time.monotonic()
     dispatch = dispatch or settings.OBLETH_PROVISIONER_DISPATCH
     warmup_dispatch = default_warmup_dispatch(dispatch) if warmup is True else (warmup or None)
@@ -258,6 +336,7 @@ def _pass(
                 [encode_action(a) for a in model_actions],
                 observation.fingerprints.get(model_id, EMPTY_FINGERPRINT),
                 now.isoformat(),
+                pass_id=pass_id.get(),
             )
             report.dispatched_models += 1
         else:
@@ -309,9 +388,25 @@ def execute_model(
 
 
 def run_model_task(
+    model_id: str,
+    payload: list[dict[str, Any]],
+    expected: str,
+    planned_at: str,
+    planned_by: str = "",
+) -> dict[str, Any]:
+    """Body of the per-model Celery task (kept here so the task stays thin). Its lines carry the
+    id of the pass that planned it."""
+    with bound(pass_id, planned_by or new_pass_id()):
+        outcome = _run_model_task(model_id, payload, expected, planned_at)
+        results = [ActionResult(**r) for r in outcome.get("results", [])]
+        if results:
+            log_outcome(f"model {outcome.get('model_name') or model_id}", results)
+        return outcome
+
+
+def _run_model_task(
     model_id: str, payload: list[dict[str, Any]], expected: str, planned_at: str
 ) -> dict[str, Any]:
-    """Body of the per-model Celery task (kept here so the task stays thin)."""
     import datetime as dt
 
     age = (timezone.now() - dt.datetime.fromisoformat(planned_at)).total_seconds()
@@ -339,4 +434,9 @@ def run_model_task(
         results = execute_model(mid, [decode_action(a) for a in payload], expected, executor)
     finally:
         client.close()
-    return {"model_id": model_id, "results": [dataclasses.asdict(r) for r in results]}
+    name = specs[mid].model.name if mid in specs else ""
+    return {
+        "model_id": model_id,
+        "model_name": name,
+        "results": [dataclasses.asdict(r) for r in results],
+    }

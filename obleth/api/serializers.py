@@ -306,12 +306,22 @@ class ManagedSpecSerializer(serializers.ModelSerializer[ManagedSpec]):
             "recipe",
             "last_provision_error",
             "last_provision_error_at",
+            "breaker_message",
+            "breaker_tripped_at",
+            "storm_message",
+            "storm_since",
             "created_at",
             "updated_at",
         ]
+        # breaker_message: why the provisioner stopped launching ("" = it did not), with how to
+        # resume; storm_message: replacements slowed by the storm guard ("" = no storm).
         read_only_fields = [
             "last_provision_error",
             "last_provision_error_at",
+            "breaker_message",
+            "breaker_tripped_at",
+            "storm_message",
+            "storm_since",
             "created_at",
             "updated_at",
         ]
