@@ -40,6 +40,21 @@ import _common as common  # noqa: E402
 import latency_bench as lat  # noqa: E402
 
 
+def recipe_like_script(model_name: str) -> str:
+    """The test-engine recipe's script (recipes/test-engine.recipe), with this checkout's engine:
+    it listens on all addresses, takes /_control, and the job ends when the engine does."""
+    return (
+        "#!/bin/bash\n"
+        "#SBATCH --cpus-per-task=1\n"
+        "set -uo pipefail\n"
+        f'echo "obleth test engine: model {model_name}, job ${{SLURM_JOB_ID:-none}} on '
+        f'$(hostname), port ${{OBLETH_SERVING_PORT}}"\n'
+        f'/usr/bin/python3 "{lat.ENGINE}" --port "$OBLETH_SERVING_PORT" --model "{model_name}" '
+        "--loading 0 --control || true\n"
+        'echo "engine exited"\n'
+    )
+
+
 def p90(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
@@ -172,7 +187,7 @@ def main() -> int:
                 model=model,
                 partition="debug",
                 serving_port=args.port_base + 16 * k,
-                script_body=lat.engine_script(name, 0.0),
+                script_body=recipe_like_script(name),
                 target_replicas=2,
                 mem="64M",
                 time_limit="30",
@@ -214,13 +229,14 @@ def main() -> int:
         gateway.wait(timeout=20)
         rows = list(
             Launch.objects.exclude(job_id="").values(
-                "job_id", "model_name", "submitted_at", "healthy_at", "end_state"
+                "job_id", "model_name", "submitted_at", "started_at", "healthy_at", "end_state"
             )
         )
         for job_id in lat.squeue(prefix):
             subprocess.run(["scancel", job_id], check=False)
 
     start_to_promoted: list[float] = []
+    seen_to_promoted: list[float] = []  # Launch.started_at (a pass saw it RUNNING, not ready)
     cancel_to_promoted: list[float] = []
     slow: list[str] = []
     first_jobs = sorted(rows, key=lambda r: int(r["job_id"]))[: 2 * args.models]
@@ -234,17 +250,24 @@ def main() -> int:
         before = [c[0] for c in cancels if c[0] <= submitted + 0.5]
         if started is not None:
             start_to_promoted.append(promoted - started)
+        if row["started_at"] is not None:
+            seen_to_promoted.append(promoted - row["started_at"].timestamp())
         if before:
             cancel_to_promoted.append(promoted - before[-1])
-        if started is not None and promoted - started > 3:
+        seen = row["started_at"]
+        late_start = started is not None and promoted - started > 3
+        late_seen = seen is not None and promoted - seen.timestamp() > 3
+        if late_start or late_seen:
             slow.append(
                 f"    job {row['job_id']} ({row['model_name']}): submitted "
                 f"{row['submitted_at']:%H:%M:%S.%f}"[:-3]
-                + f", started {dt.datetime.fromtimestamp(started):%H:%M:%S}, promoted "
-                f"{row['healthy_at']:%H:%M:%S.%f}"[:-3]
+                + f", started {dt.datetime.fromtimestamp(started or 0):%H:%M:%S} (Slurm)"
+                + (f", seen running {seen:%H:%M:%S.%f}"[:-3] if seen is not None else "")
+                + f", promoted {row['healthy_at']:%H:%M:%S.%f}"[:-3]
             )
     print(figures("replacement started -> promoted", start_to_promoted))
     print(figures("scancel -> replacement promoted", cancel_to_promoted))
+    print(figures("seen running (not ready) -> promoted", seen_to_promoted))
     outcomes: dict[int, int] = {}
     for c in clients:
         for status, n in c.outcomes.items():
