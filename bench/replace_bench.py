@@ -23,11 +23,13 @@ import os
 import random
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,68 @@ import _common as common  # noqa: E402
 import latency_bench as lat  # noqa: E402
 
 
-def recipe_like_script(model_name: str) -> str:
+class TcpProxy:
+    """slurmrestd as the provisioner sees it: a TCP forwarder to the real one that this bench
+    can stop for a while (an outage) without touching the shared slurmrestd itself."""
+
+    def __init__(self, port: int, target: tuple[str, int]) -> None:
+        self.port = port
+        self.target = target
+        self.listener: socket.socket | None = None
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        """Refuse connections and cut the open ones, as a stopped slurmrestd does."""
+        if self.listener is not None:
+            with contextlib.suppress(OSError):
+                self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            self.listener.close()
+            self.listener = None
+        with self.lock:
+            for conn in self.conns:
+                with contextlib.suppress(OSError):
+                    conn.close()
+            self.conns.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.close()
+
+
+def recipe_like_script(model_name: str, slow_start: float = 0.0) -> str:
     """The test-engine recipe's script (recipes/test-engine.recipe), with this checkout's engine:
     it listens on all addresses, takes /_control, and the job ends when the engine does."""
     return (
@@ -50,7 +113,7 @@ def recipe_like_script(model_name: str) -> str:
         f'echo "obleth test engine: model {model_name}, job ${{SLURM_JOB_ID:-none}} on '
         f'$(hostname), port ${{OBLETH_SERVING_PORT}}"\n'
         f'/usr/bin/python3 "{lat.ENGINE}" --port "$OBLETH_SERVING_PORT" --model "{model_name}" '
-        "--loading 0 --control || true\n"
+        f"--loading 0 --control --slow-start {slow_start:g} || true\n"
         'echo "engine exited"\n'
     )
 
@@ -106,6 +169,17 @@ def main() -> int:
     parser.add_argument("--db", default="obleth_bench_replace", help="database name")
     parser.add_argument("--port-base", type=int, default=17100, help="first serving_port")
     parser.add_argument("--redis-db", type=int, default=13, help="Redis db for Celery (13)")
+    parser.add_argument(
+        "--outages", type=int, default=0, help="slurmrestd outages (through a proxy) (0)"
+    )
+    parser.add_argument("--outage-secs", type=float, default=20.0, help="outage length (20)")
+    parser.add_argument(
+        "--outage-after", type=float, default=1.5, help="outage starts this long after a scancel"
+    )
+    parser.add_argument("--proxy-port", type=int, default=17099, help="port of the proxy")
+    parser.add_argument(
+        "--slow-start", type=float, default=0.0, help="engine listens this long into its job"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
@@ -121,8 +195,15 @@ def main() -> int:
     settings.OBLETH_PROVISIONER_JOB_PREFIX = prefix
     common.reset_rows()
     real = start_real_slurm()
+    proxy: TcpProxy | None = None
+    url = real.url
+    if args.outages:
+        parts = urllib.parse.urlsplit(real.url)
+        proxy = TcpProxy(args.proxy_port, (parts.hostname or "127.0.0.1", parts.port or 6820))
+        proxy.start()
+        url = f"http://127.0.0.1:{args.proxy_port}"
     slurm = SlurmSettings.load()
-    slurm.enabled, slurm.slurmrestd_url, slurm.user = True, real.url, real.user
+    slurm.enabled, slurm.slurmrestd_url, slurm.user = True, url, real.user
     slurm.api_version, slurm.jwt = "", real.fresh_token(7200)
     log_dir = job_workdir(real, "bench-logs")
     slurm.log_dir = str(log_dir)
@@ -177,6 +258,7 @@ def main() -> int:
     names: list[str] = []
     clients: list[Clients] = []
     cancels: list[tuple[float, str, Any]] = []  # (time, job id, model id)
+    outages: list[tuple[float, float]] = []
     try:
         for k in range(args.models):
             name = f"rb-{k}-{uuid.uuid4().hex[:4]}"
@@ -187,7 +269,7 @@ def main() -> int:
                 model=model,
                 partition="debug",
                 serving_port=args.port_base + 16 * k,
-                script_body=recipe_like_script(name),
+                script_body=recipe_like_script(name, args.slow_start),
                 target_replicas=2,
                 mem="64M",
                 time_limit="30",
@@ -201,7 +283,10 @@ def main() -> int:
         clients = [Clients(gateway_url, names, 0.05) for _ in range(args.clients)]
         for c in clients:
             c.start()
-        for _ in range(args.cancels):
+        outage_at = {
+            round((i + 1) * args.cancels / (args.outages + 1)) for i in range(args.outages)
+        }
+        for number in range(args.cancels):
             time.sleep(args.every)
             victims = list(Replica.objects.filter(state="healthy").exclude(job_id=""))
             if not victims:
@@ -209,6 +294,20 @@ def main() -> int:
             victim = random.choice(victims)
             subprocess.run(["scancel", victim.job_id], check=False)
             cancels.append((time.time(), victim.job_id, victim.model_id))
+            if proxy is not None and number in outage_at:
+                # The outage begins as soon as a replacement has been seen running, not serving
+                # yet (state starting), or --outage-after seconds after the scancel.
+                until = time.monotonic() + args.outage_after
+                while time.monotonic() < until:
+                    if Replica.objects.filter(state="starting").exists():
+                        break
+                    time.sleep(0.02)
+                proxy.stop()
+                began = time.time()
+                print(f"  slurmrestd outage from {dt.datetime.now():%H:%M:%S.%f}"[:-3])
+                time.sleep(args.outage_secs)
+                proxy.start()
+                outages.append((began, time.time()))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if Replica.objects.filter(state="healthy").count() >= 2 * args.models:
@@ -227,6 +326,8 @@ def main() -> int:
                 proc.wait(timeout=30)
         gateway.terminate()
         gateway.wait(timeout=20)
+        if proxy is not None:
+            proxy.stop()
         rows = list(
             Launch.objects.exclude(job_id="").values(
                 "job_id", "model_name", "submitted_at", "started_at", "healthy_at", "end_state"
@@ -273,6 +374,11 @@ def main() -> int:
         for status, n in c.outcomes.items():
             outcomes[status] = outcomes.get(status, 0) + n
     print(f"  client answers by status: {dict(sorted(outcomes.items()))}")
+    for began, ended in outages:
+        print(
+            f"  slurmrestd outage {dt.datetime.fromtimestamp(began):%H:%M:%S.%f}"[:-3]
+            + f" - {dt.datetime.fromtimestamp(ended):%H:%M:%S.%f}"[:-3]
+        )
     if slow:
         print("  replacements promoted more than 3 s after their job started:")
         print("\n".join(slow))

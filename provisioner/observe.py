@@ -55,6 +55,11 @@ class HoldPass(Exception):
     """The pass cannot trust what it saw; it holds with nothing destructive done."""
 
 
+class ListingFailed(HoldPass):
+    """The job listing failed (slurmrestd down, erroring, refusing the token): the pass holds,
+    and may only promote replicas already seen running (``observe_held``)."""
+
+
 @dataclasses.dataclass
 class Observation:
     snapshot: Snapshot
@@ -126,8 +131,97 @@ def list_our_jobs(client: SlurmClient, prefix: str, user: str = "") -> dict[str,
     try:
         jobs = client.list_jobs(name_prefix=prefix)
     except SlurmError as exc:
-        raise HoldPass(f"slurm job listing failed; holding: {exc}") from exc
+        raise ListingFailed(f"slurm job listing failed; holding: {exc}") from exc
     return {job.job_id: job for job in jobs if not user or not job.user or job.user == user}
+
+
+def _probe_target(
+    replica: ReplicaView, host: str, spec: ManagedSpec, knobs: Knobs, registered: int | None
+) -> ProbeTarget[uuid.UUID]:
+    # A serving replica is checked on the port it was registered with (one connection, not
+    # the whole window): if its server is not there any more, its endpoint is wrong anyway.
+    return ProbeTarget(
+        key=replica.id,
+        host=host,
+        port_base=registered or replica.port_base or spec.serving_port,
+        port_span=1 if registered else knobs.port_span,
+        health_path=spec.health_path,
+    )
+
+
+def observe_held(
+    *,
+    slurm: SlurmSettings,
+    knobs: Knobs,
+    now: dt.datetime,
+    resolver: NodeResolver,
+    health_timeout: float,
+    probe_concurrency: int,
+) -> Observation:
+    """What a pass whose job listing failed may still use: the replicas already seen running on
+    a known node (``starting``, nodes recorded) of enabled models, probed; no listing (``jobs``
+    is empty, so the snapshot is only fit for ``plan.promotions_while_held``)."""
+    try:
+        spec_rows = list(
+            ManagedSpec.objects.select_related("model").filter(
+                model__hosting_mode=HostingMode.SLURM, enabled=True, model__enabled=True
+            )
+        )
+        specs = {spec.model_id: spec for spec in spec_rows}
+        replica_rows = list(
+            Replica.objects.filter(
+                state=ReplicaState.STARTING, model_id__in=list(specs), cancel_requested=False
+            )
+            .exclude(job_id="")
+            .exclude(nodes="")
+        )
+        endpoint_rows = list(
+            Endpoint.objects.filter(model_id__in=list(specs)).values(
+                "id", "model_id", "name", "api_base", "replica_id"
+            )
+        )
+    except DatabaseError as exc:
+        raise HoldPass(f"database read failed; holding: {exc}") from exc
+    replicas = [replica_view(row) for row in replica_rows]
+    resolver.set_overrides(slurm.node_addresses or {})
+    addresses = resolver.resolve_many([r.nodes[0] for r in replicas])
+    targets = [
+        _probe_target(r, addresses[r.nodes[0]], specs[r.model_id], knobs, None) for r in replicas
+    ]
+    outcomes = (
+        probe_all(targets, timeout=health_timeout, concurrency=probe_concurrency) if targets else {}
+    )
+    snapshot = Snapshot(
+        now=now,
+        knobs=knobs,
+        specs=tuple(
+            ModelSpec(
+                model_id=spec.model_id,
+                model_name=spec.model.name,
+                enabled=True,
+                target_replicas=spec.target_replicas,
+                serving_port=spec.serving_port,
+            )
+            for spec in spec_rows
+        ),
+        replicas=tuple(replicas),
+        jobs={},
+        jobs_listed_at=now,
+        probes={key: outcome.ready_port for key, outcome in outcomes.items()},
+        addresses=addresses,
+        endpoints=tuple(EndpointView(**e) for e in endpoint_rows),
+        endpoints_trusted=True,
+    )
+    rows_by_model: dict[uuid.UUID, list[Replica]] = defaultdict(list)
+    for row in Replica.objects.filter(model_id__in={r.model_id for r in replicas}):
+        rows_by_model[row.model_id].append(row)
+    return Observation(
+        snapshot=snapshot,
+        specs=specs,
+        fingerprints={model_id: fingerprint(rows) for model_id, rows in rows_by_model.items()},
+        probe_details={key: outcome.detail for key, outcome in outcomes.items()},
+        model_types={spec.model_id: spec.model.model_type for spec in spec_rows},
+    )
 
 
 def observe(
@@ -274,19 +368,12 @@ def observe(
         if not job.nodes:
             log.warning("job %s is RUNNING but slurmrestd returned no nodes", job.job_id)
             continue
-        spec = specs[replica.model_id]
-        # A serving replica is checked on the port it was registered with (one connection, not
-        # the whole window): if its server is not there any more, its endpoint is wrong anyway.
         registered = (
             serving_ports.get(replica.id) if replica.state is ReplicaState.HEALTHY else None
         )
         targets.append(
-            ProbeTarget(
-                key=replica.id,
-                host=addresses[job.nodes[0]],
-                port_base=registered or replica.port_base or spec.serving_port,
-                port_span=1 if registered else knobs.port_span,
-                health_path=spec.health_path,
+            _probe_target(
+                replica, addresses[job.nodes[0]], specs[replica.model_id], knobs, registered
             )
         )
     outcomes: dict[uuid.UUID, ProbeOutcome] = (

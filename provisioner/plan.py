@@ -83,6 +83,7 @@ __all__ = [
     "new_replica_id",
     "next_free_window",
     "plan",
+    "promotions_while_held",
     "status_message",
 ]
 
@@ -424,6 +425,37 @@ def plan(snapshot: Snapshot) -> list[Action]:
         actions.extend(group.actions())
     actions.extend(_orphans(ps))
     return actions
+
+
+def promotions_while_held(snapshot: Snapshot) -> list[Promote]:
+    """The only actions of a pass whose job listing failed (slurmrestd down or erroring): promote
+    replicas already seen running on a known node (state ``starting``, nodes recorded) whose
+    server now answers the probe. Nothing else: no loss, submit, cancel or endpoint removal is
+    decided without the listing. ``snapshot.jobs`` is not read (it is empty).
+
+    A replica whose job started just before an outage would otherwise wait for slurmrestd to come
+    back (up to the outage's length) although it serves. If its job ended meanwhile, the first pass
+    with a listing marks it lost and removes the endpoint, as for any loss.
+    """
+    ps = _Pass(snapshot)
+    enabled = {spec.model_id: spec for spec in snapshot.specs if spec.enabled}
+    out: list[Promote] = []
+    for r in sorted(snapshot.replicas, key=lambda r: (r.created_at, r.id.hex)):
+        spec = enabled.get(r.model_id)
+        port = snapshot.probes.get(r.id)
+        if (
+            spec is None
+            or r.state is not ReplicaState.STARTING
+            or not r.job_id
+            or not r.nodes
+            or r.cancel_requested
+            or not isinstance(port, int)
+        ):
+            continue
+        group = _Group(r.model_id, spec)
+        _promote(ps, group, spec, r, r.nodes[0], port)
+        out.extend(group.promotes.values())
+    return out
 
 
 def _groups(snapshot: Snapshot) -> dict[uuid.UUID, _Group]:

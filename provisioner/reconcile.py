@@ -26,8 +26,15 @@ from provisioner import lease, status
 from provisioner.codec import decode_action, encode_action
 from provisioner.domain import Action, CancelOrphan
 from provisioner.execute import ActionResult, Executor, WarmupDispatch
-from provisioner.observe import HoldPass, fingerprint, knobs_from_settings, observe
-from provisioner.plan import plan
+from provisioner.observe import (
+    HoldPass,
+    ListingFailed,
+    fingerprint,
+    knobs_from_settings,
+    observe,
+    observe_held,
+)
+from provisioner.plan import plan, promotions_while_held
 from provisioner.resolve import get_resolver
 from provisioner.slurm.client import SlurmClient
 
@@ -201,11 +208,13 @@ def run_pass(
             client_factory=client_factory,
             fast=fast,
         )
+        kind = "fast pass" if fast else "pass"
         if report.status == "ok" and not dry_run:
-            kind = "fast pass" if fast else "pass"
             log_outcome(kind, report.results, report.duration_ms)
             if report.dispatched_models:
                 log.debug("%s: %d model task(s) dispatched", kind, report.dispatched_models)
+        elif report.results and not dry_run:  # a held pass that still promoted
+            log_outcome(f"held {kind}", report.results, report.duration_ms)
         return report
 
 
@@ -288,17 +297,22 @@ def _pass(
     knobs = knobs_from_settings()
     now = timezone.now()
     busy = {uuid.UUID(name.removeprefix(MODEL_LEASE)) for name in lease.held_names(MODEL_LEASE)}
-    observation = observe(
-        client=client,
-        slurm=slurm,
-        knobs=knobs,
-        now=now,
-        resolver=get_resolver(),
-        health_timeout=float(settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS),
-        probe_concurrency=settings.OBLETH_PROVISIONER_PROBE_CONCURRENCY,
-        probe_healthy=not fast,
-        submit_backoff_secs=float(settings.OBLETH_PROVISIONER_INTERVAL_SECS),
-    )
+    try:
+        observation = observe(
+            client=client,
+            slurm=slurm,
+            knobs=knobs,
+            now=now,
+            resolver=get_resolver(),
+            health_timeout=float(settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS),
+            probe_concurrency=settings.OBLETH_PROVISIONER_PROBE_CONCURRENCY,
+            probe_healthy=not fast,
+            submit_backoff_secs=float(settings.OBLETH_PROVISIONER_INTERVAL_SECS),
+        )
+    except ListingFailed as exc:
+        if dry_run:
+            raise
+        return _held_pass(exc, client, slurm, knobs, now, busy, warmup, pass_lease)
     actions = plan(observation.snapshot)
     report = PassReport(status="ok", planned=[encode_action(a) for a in actions])
     if dry_run:
@@ -358,6 +372,61 @@ def _pass(
     if skipped:
         parts.append(f"{skipped} model(s) busy, left for the next pass")
     report.detail = ", ".join(parts)
+    return report
+
+
+def _held_pass(
+    exc: ListingFailed,
+    client: SlurmClient,
+    slurm: SlurmSettings,
+    knobs: Any,
+    now: Any,
+    busy: set[uuid.UUID],
+    warmup: WarmupDispatch | None,
+    pass_lease: tuple[str, str] | None,
+) -> PassReport:
+    """The job listing failed: hold (nothing destructive), but promote replicas already seen
+    running whose server answers, so a replacement that started just before a slurmrestd outage
+    serves now rather than when slurmrestd is back."""
+    log.warning("pass held, nothing destructive done: %s", exc)
+    report = PassReport(status="error", detail=str(exc))
+    try:
+        observation = observe_held(
+            slurm=slurm,
+            knobs=knobs,
+            now=now,
+            resolver=get_resolver(),
+            health_timeout=float(settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS),
+            probe_concurrency=settings.OBLETH_PROVISIONER_PROBE_CONCURRENCY,
+        )
+    except HoldPass as held:
+        log.warning("no promotions while held: %s", held)
+        return report
+    actions = promotions_while_held(observation.snapshot)
+    if not actions:
+        return report
+    executor = Executor(
+        client=client,
+        slurm=slurm,
+        knobs=knobs,
+        specs=observation.specs,
+        model_types=observation.model_types,
+        warmup=warmup,
+        leases=[pass_lease] if pass_lease else [],
+        lease_ttl=float(settings.OBLETH_PROVISIONER_LOCK_TTL_SECS),
+    )
+    by_model: dict[uuid.UUID, list[Action]] = defaultdict(list)
+    for promote in actions:
+        by_model[promote.model_id].append(promote)
+    for model_id, model_actions in by_model.items():
+        if model_id in busy:
+            continue
+        expected = observation.fingerprints.get(model_id, EMPTY_FINGERPRINT)
+        report.results += execute_model(model_id, model_actions, expected, executor)
+    report.planned = [encode_action(a) for a in actions]
+    promoted = sum(1 for r in report.results if r.ok and r.action == "Promote")
+    if promoted:
+        report.detail += f"; meanwhile promoted {promoted} replica(s) already seen running"
     return report
 
 
