@@ -10,6 +10,7 @@ the fake's jobs never run an engine to probe.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import uuid
@@ -134,3 +135,40 @@ def test_the_api_answer_carries_the_breaker_state(fake: FakeSlurmrestd, api_clie
     # read-only: a client cannot clear it by writing the field
     api_client.patch(f"/api/v1/models/{model.pk}/managed", {"breaker_message": ""}, format="json")
     assert ManagedSpec.objects.get(pk=model.pk).breaker_message.startswith("Stopped")
+
+
+def test_a_replacement_storm_slows_replacement_alerts_and_never_stops(
+    fake: FakeSlurmrestd, settings: Any
+) -> None:
+    settings.OBLETH_PROVISIONER_STORM_LOSSES = 3
+    model = make_slurm_model(name="stormy", spec={"max_job_failures": 1, "target_replicas": 1})
+    ended = timezone.now()
+    for n in range(3):  # three serving replicas of this model lost in the last minutes
+        Launch.objects.create(
+            id=uuid.uuid4(),
+            model_id=model.pk,
+            model_name="stormy",
+            job_name=f"old-{n}",
+            healthy_at=ended,
+            ended_at=ended,
+            end_state="PREEMPTED",
+            failed_launch=False,
+        )
+    assert run_pass(dispatch="inline").status == "ok"
+    row = only_live_job(model.pk)
+    serve(row)
+    fake.set_job_state(row.job_id, "PREEMPTED")
+    assert run_pass(dispatch="inline").status == "ok"  # the 4th loss: storm, backoff 15 s
+    spec = ManagedSpec.objects.get(pk=model.pk)
+    assert spec.storm_message.startswith("Replacement storm: 4 serving replicas lost")
+    assert spec.storm_since is not None and spec.breaker_message == ""  # churn: not counted
+    assert Alert.objects.filter(key=f"replacement_storm:{model.pk}").count() == 1
+    assert not Replica.objects.filter(model_id=model.pk).exclude(state="lost").exists()
+
+    # The backoff runs from the model's latest submit: 15 s later the replacement goes out.
+    Replica.objects.filter(model_id=model.pk).update(
+        submitted_at=timezone.now() - dt.timedelta(seconds=16)
+    )
+    assert run_pass(dispatch="inline").status == "ok"
+    assert only_live_job(model.pk).job_id
+    assert Alert.objects.filter(key=f"replacement_storm:{model.pk}").count() == 1
