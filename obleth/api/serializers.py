@@ -411,6 +411,10 @@ class LaunchSerializer(serializers.ModelSerializer[Launch]):
             "ended_at",
             "end_state",
             "end_reason",
+            # false: churn (it served, then was preempted, cancelled by others or timed out),
+            # not counted toward "Stop after failed launches"; null: not ended or ended by us
+            "exit_code",
+            "failed_launch",
             "updated_at",
         ]
         read_only_fields = fields

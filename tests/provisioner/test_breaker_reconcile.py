@@ -67,7 +67,7 @@ def chat(client: Client, name: str) -> Any:
 
 
 def test_churn_is_replaced_failed_launch_trips_and_try_once_more_resumes(
-    fake: FakeSlurmrestd, client: Client, caplog: pytest.LogCaptureFixture
+    fake: FakeSlurmrestd, client: Client, caplog: pytest.LogCaptureFixture, api_client: Any
 ) -> None:
     model = make_slurm_model(name="brk", spec={"max_job_failures": 1, "target_replicas": 1})
     assert run_pass(dispatch="inline").status == "ok"
@@ -83,6 +83,10 @@ def test_churn_is_replaced_failed_launch_trips_and_try_once_more_resumes(
     second = only_live_job(model.pk)
     assert second.pk != first.pk and second.job_id
     assert ManagedSpec.objects.get(pk=model.pk).breaker_message == ""
+    history = api_client.get(f"/api/v1/deployments/launches?model_id={model.pk}").json()
+    rows = history["results"] if isinstance(history, dict) else history
+    shown = {r["id"]: (r["end_state"], r["failed_launch"]) for r in rows}
+    assert shown[str(first.pk)] == ("PREEMPTED", False)
 
     # 2. The replacement fails before it ever served: a failed launch; the limit is 1.
     fake.set_job_state(second.job_id, "FAILED", exit_code=1)
