@@ -122,6 +122,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "obleth.requestid.RequestIdMiddleware",  # first: every log line of a request has its id
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -248,6 +249,12 @@ OBLETH_PROVISIONER_FAILED_NODE_MEMORY_SECS = env_int(
 OBLETH_PROVISIONER_PROBE_CONCURRENCY = env_int(
     "OBLETH_PROVISIONER_PROBE_CONCURRENCY", 256, minimum=1
 )
+# Replacement-storm guard: more than N losses of serving replicas of one model within the
+# window slow its replacements (backoff) and alert; never stop them. 0 turns the guard off.
+OBLETH_PROVISIONER_STORM_LOSSES = env_int("OBLETH_PROVISIONER_STORM_LOSSES", 10, minimum=0)
+OBLETH_PROVISIONER_STORM_WINDOW_SECS = env_int(
+    "OBLETH_PROVISIONER_STORM_WINDOW_SECS", 600, minimum=1
+)
 OBLETH_PROVISIONER_LOCK_TTL_SECS = env_int("OBLETH_PROVISIONER_LOCK_TTL_SECS", 120, minimum=5)
 OBLETH_PROVISIONER_DISPATCH = env_str("OBLETH_PROVISIONER_DISPATCH", "celery")  # celery | inline
 OBLETH_PORT_SPAN = env_int("OBLETH_PORT_SPAN", 8, minimum=1)
@@ -318,16 +325,45 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+OBLETH_LOG_FORMAT = (env_str("OBLETH_LOG_FORMAT", "plain") or "plain").strip().lower()
+if OBLETH_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(
+        f"OBLETH_LOG_FORMAT={OBLETH_LOG_FORMAT!r}: use plain (the default) or json "
+        "(one JSON object per line, with request_id and pass_id)."
+    )
+# Celery's own per-task lines ("Sending due task", "received", "succeeded") at INFO are about
+# 4 lines a second at idle with fast passes; they are DEBUG-level detail for an operator.
+_CELERY_CHATTER_LEVEL = "DEBUG" if env_bool("OBLETH_LOG_CELERY_TASKS", False) else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "obleth.logging.RedactSecretsFilter"}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    # The redaction filter runs first, so no formatter or later filter sees a secret.
+    "filters": {
+        "redact": {"()": "obleth.logging.RedactSecretsFilter"},
+        "context": {"()": "obleth.logging.ContextFilter"},
+    },
+    "formatters": {
+        "plain": {
+            "()": "obleth.logging.PlainFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        },
+        "json": {"()": "obleth.logging.JsonFormatter"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": OBLETH_LOG_FORMAT,
+            "filters": ["redact", "context"],
+        }
     },
     "root": {"handlers": ["console"], "level": env_str("OBLETH_LOG_LEVEL", "INFO").upper()},
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        "celery.beat": {"level": _CELERY_CHATTER_LEVEL},
+        "celery.worker.strategy": {"level": _CELERY_CHATTER_LEVEL},
+        "celery.app.trace": {"level": _CELERY_CHATTER_LEVEL},
+    },
 }
 
 # Static files (admin, Swagger UI) are served by WhiteNoise; finders let it work before

@@ -7,7 +7,8 @@ Output order. Models are planned one at a time: enabled specs in ``snapshot.spec
 the drain groups (models with replicas or provisioner-made endpoints but no enabled spec) in order
 of first appearance. Each model's actions come in this order::
 
-    DeleteEndpoint, Cancel, MarkLost, DeleteReplica, Adopt, Promote, UpdateMessage, Submit
+    DeleteEndpoint, Cancel, MarkLost, DeleteReplica, Adopt, Promote, UpdateMessage, SetGuard,
+    Submit
 
 so that routing stops before jobs are touched, ended jobs are recorded before their replacements
 are submitted, and submits (the slowest and most likely to fail) come last. ``CancelOrphan``
@@ -16,8 +17,13 @@ replicas sorted by ``(created_at, id)``.
 
 Replica rules per model (reference section 2.4, plus crash safety and repairs):
 
-* ``lost``: ``DeleteReplica`` once older than ``lost_retention_secs``; never alive. The ones kept
-  count toward the failed-launch breaker.
+* ``lost``: ``DeleteReplica`` once older than ``lost_retention_secs``; never alive. The kept ones
+  that were failed launches (``is_failed_launch``) count toward the failed-launch breaker; churn
+  (a replica that served, then was preempted, requeued, cancelled by someone else or reached its
+  time limit) is replaced at once and never counted.
+* Replacement storm: more than ``storm_losses`` losses of serving replicas of one model within
+  ``storm_window_secs`` slow its new submits down (``storm_backoff_secs`` since its latest submit)
+  and raise an alert (``SetGuard``); they never stop.
 * ``draining``: ``DeleteReplica`` when its job is absent or ended; otherwise wait.
 * ``job_id == ""`` (row written, submit answer lost or never sent): a job carrying the row's
   ``job_name`` in the listing is adopted; otherwise, if the submit was never sent or was sent
@@ -58,13 +64,19 @@ from provisioner.domain import (
     Promote,
     ReplicaState,
     ReplicaView,
+    SetGuard,
     Snapshot,
     Submit,
     UpdateMessage,
 )
 
 __all__ = [
+    "FAILURE_STATES",
     "HEALTHY_MESSAGE",
+    "RESUME_HINT",
+    "breaker_message",
+    "is_failed_launch",
+    "storm_backoff_secs",
     "endpoint_name_for",
     "job_name_for",
     "lost_message",
@@ -72,6 +84,7 @@ __all__ = [
     "new_replica_id",
     "next_free_window",
     "plan",
+    "promotions_while_held",
     "status_message",
 ]
 
@@ -86,6 +99,32 @@ CANCEL_MESSAGES: dict[CancelReason, str] = {
     CancelReason.PROBE_FAILED: "restarting: failed health probes while job running",
     CancelReason.DRAIN: "draining: the model is no longer provisioned",
 }
+
+# Slurm end states that are a failed launch even after the replica served.
+FAILURE_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL"})
+# End states that are churn for a replica that served, whatever the exit code (signals).
+CHURN_STATES = frozenset(
+    {
+        "PREEMPTED",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SUSPENDED",
+        "CANCELLED",
+        "TIMEOUT",
+        "DEADLINE",
+        "GONE",
+        "",
+    }
+)
+RESUME_HINT = (
+    'Fix the cause (the job logs say why), then press "Try once more" on the model\'s page '
+    '(or POST /api/v1/models/<id>/replicas/clear-lost/), or raise "Stop after failed '
+    'launches" (0 never stops).'
+)
+_STORM_BACKOFF_BASE_SECS = 15
+_STORM_BACKOFF_MAX_SECS = 300
 
 # Namespace of the replica ids the planner chooses (uuid5 of model id, pass time and index).
 _REPLICA_NAMESPACE = uuid.UUID("6f1c2d3e-8b4a-5c6d-9e0f-0b1e7a2c4d5f")
@@ -163,6 +202,40 @@ def status_message(job: JobInfo) -> str:
     state_text = job.state.strip() or job.phase.value.upper()
     why = _clean_reason(job.reason)
     return f"{state_text} \u2014 {why}" if why else state_text
+
+
+def is_failed_launch(end_state: str, served: bool, exit_code: int | None = None) -> bool:
+    """Whether a replica's end counts toward "Stop after failed launches".
+
+    A job that ended before its replica ever served is a failed launch, whatever the end. After
+    serving, only FAILED, OUT_OF_MEMORY, NODE_FAIL, BOOT_FAIL, or a non-zero exit in a state
+    that is not preemption, cancellation or a time limit, is one. The rest is churn.
+    """
+    if not served:
+        return True
+    words = (end_state or "").strip().upper().split()
+    state = words[0] if words else ""
+    if state in FAILURE_STATES:
+        return True
+    if state in CHURN_STATES:
+        return False
+    return bool(exit_code)  # COMPLETED (exit 0) is churn; an unknown state with an error is not
+
+
+def storm_backoff_secs(excess: int) -> int:
+    """Seconds between a storming model's submits: 15 s for the first loss past the limit,
+    doubling with each further loss, at most 300 s."""
+    steps = max(excess - 1, 0)
+    return min(_STORM_BACKOFF_BASE_SECS * 2 ** min(steps, 10), _STORM_BACKOFF_MAX_SECS)
+
+
+def breaker_message(failures: int, limit: int, last: str) -> str:
+    """The sentence the model's page, the API, the alert and the gateway's 503 show."""
+    tail = f" (last: {last})" if last else ""
+    return (
+        f"Stopped launching replicas after {failures} failed launches "
+        f"(Stop after failed launches = {limit}){tail}. {RESUME_HINT}"
+    )
 
 
 def mass_vanish(
@@ -262,6 +335,7 @@ class _Group:
     promotes: dict[uuid.UUID, Promote] = dataclasses.field(default_factory=dict)
     updates: dict[uuid.UUID, _Update] = dataclasses.field(default_factory=dict)
     submits: list[Submit] = dataclasses.field(default_factory=list)
+    guard: SetGuard | None = None
 
     def actions(self) -> list[Action]:
         out: list[Action] = []
@@ -284,6 +358,8 @@ class _Group:
                     state=u.state,
                 )
             )
+        if self.guard is not None:
+            out.append(self.guard)
         out.extend(self.submits)
         return out
 
@@ -372,6 +448,37 @@ def plan(snapshot: Snapshot) -> list[Action]:
     return actions
 
 
+def promotions_while_held(snapshot: Snapshot) -> list[Promote]:
+    """The only actions of a pass whose job listing failed (slurmrestd down or erroring): promote
+    replicas already seen running on a known node (state ``starting``, nodes recorded) whose
+    server now answers the probe. Nothing else: no loss, submit, cancel or endpoint removal is
+    decided without the listing. ``snapshot.jobs`` is not read (it is empty).
+
+    A replica whose job started just before an outage would otherwise wait for slurmrestd to come
+    back (up to the outage's length) although it serves. If its job ended meanwhile, the first pass
+    with a listing marks it lost and removes the endpoint, as for any loss.
+    """
+    ps = _Pass(snapshot)
+    enabled = {spec.model_id: spec for spec in snapshot.specs if spec.enabled}
+    out: list[Promote] = []
+    for r in sorted(snapshot.replicas, key=lambda r: (r.created_at, r.id.hex)):
+        spec = enabled.get(r.model_id)
+        port = snapshot.probes.get(r.id)
+        if (
+            spec is None
+            or r.state is not ReplicaState.STARTING
+            or not r.job_id
+            or not r.nodes
+            or r.cancel_requested
+            or not isinstance(port, int)
+        ):
+            continue
+        group = _Group(r.model_id, spec)
+        _promote(ps, group, spec, r, r.nodes[0], port)
+        out.extend(group.promotes.values())
+    return out
+
+
 def _groups(snapshot: Snapshot) -> dict[uuid.UUID, _Group]:
     groups: dict[uuid.UUID, _Group] = {}
     for spec in snapshot.specs:
@@ -394,6 +501,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
     spec = g.spec
     alive: list[_Alive] = []
     kept_lost = 0
+    last_failure = ""
     failed_nodes: list[str] = []
     restart_budget = 1
 
@@ -404,8 +512,9 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                     DeleteReplica(r.model_id, r.id, why="lost replica past its retention")
                 )
                 ps.ended.add(r.id)
-            else:
+            elif is_failed_launch(r.end_state, r.served, r.exit_code):
                 kept_lost += 1
+                last_failure = r.last_message
             ps.effective_job_id[r.id] = r.job_id
             ps.effective_job[r.id] = s.jobs.get(r.job_id) if r.job_id else None
             continue
@@ -515,10 +624,16 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             _annotate(g, r, message, job.nodes)
         alive.append(_Alive(r, rank, _Kind.JOB, job_id, endpoint_id))
 
-    # ---- counts: breaker, scale up, scale down
+    # ---- counts: breaker, storm, scale up, scale down
     target = max(spec.target_replicas, 0) if spec is not None else 0
-    failures = kept_lost + len(g.mark_losts)
+    failed_now = [m for m in g.mark_losts if m.failed_launch]
+    failures = kept_lost + len(failed_now)
+    if failed_now:
+        last_failure = failed_now[-1].message
     breaker = spec is not None and spec.max_job_failures > 0 and failures >= spec.max_job_failures
+    storm_hold = False
+    if spec is not None:
+        storm_hold = _plan_guard(ps, g, spec, breaker, failures, last_failure)
 
     surplus = len(alive) - target
     if surplus > 0:
@@ -573,7 +688,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
         )
 
     missing = target - len(alive)
-    if missing > 0 and not breaker and not spec.hold_submits:
+    if missing > 0 and not breaker and not spec.hold_submits and not storm_hold:
         excluded = _excluded_nodes(ps, spec, failed_nodes)
         for index in range(missing):
             replica_id = new_replica_id(spec.model_id, s.now, index)
@@ -594,6 +709,43 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             )
 
 
+def _plan_guard(
+    ps: _Pass, g: _Group, spec: ModelSpec, breaker: bool, failures: int, last_failure: str
+) -> bool:
+    """Decide the model's breaker and storm sentences (``SetGuard`` when they change) and
+    whether the storm guard holds new submits this pass."""
+    s, k = ps.s, ps.k
+    breaker_text = breaker_message(failures, spec.max_job_failures, last_failure) if breaker else ""
+    storm_text = ""
+    hold = False
+    if k.storm_losses > 0:
+        since = s.now - dt.timedelta(seconds=max(k.storm_window_secs, 0))
+        losses = sum(
+            1 for x in s.serving_losses if x.model_id == spec.model_id and x.ended_at >= since
+        )
+        losses += sum(1 for m in g.mark_losts if m.served)
+        if losses > k.storm_losses:
+            backoff = storm_backoff_secs(losses - k.storm_losses)
+            minutes = max(k.storm_window_secs // 60, 1)
+            storm_text = (
+                f"Replacement storm: {losses} serving replicas lost in the last {minutes} min "
+                f"(more than {k.storm_losses}); replacements are slowed to one submit every "
+                f"{backoff} s, never stopped. Check the partition's preemption and the nodes."
+            )
+            submits = [r.submitted_at for r in g.replicas if r.submitted_at is not None]
+            latest = max(submits) if submits else None
+            hold = latest is not None and _age_secs(s.now, latest) < backoff
+    if (breaker_text, storm_text) != (spec.guard.breaker, spec.guard.storm):
+        g.guard = SetGuard(
+            model_id=spec.model_id,
+            breaker=breaker_text,
+            storm=storm_text,
+            tripped=bool(breaker_text) and not spec.guard.breaker,
+            storm_started=bool(storm_text) and not spec.guard.storm,
+        )
+    return hold
+
+
 def _annotate(g: _Group, r: ReplicaView, message: str, nodes: tuple[str, ...]) -> None:
     update = g.updates.setdefault(r.id, _Update())
     if message == HEALTHY_MESSAGE:
@@ -612,15 +764,24 @@ def _mark_lost(
 ) -> None:
     state = job.state.strip() if job is not None else ""
     reason = _clean_reason(job.reason) if job is not None else ""
+    exit_code = job.exit_code if job is not None else None
+    served = r.served or r.state is ReplicaState.HEALTHY
+    failed = is_failed_launch(state or "gone", served, exit_code)
+    message = lost_message(state, reason)
+    if not failed:
+        message += " \u2014 churn after serving: replaced, not counted as a failed launch"
     g.mark_losts.append(
         MarkLost(
             model_id=r.model_id,
             replica_id=r.id,
-            message=lost_message(state, reason),
+            message=message,
             endpoint_id=endpoint_id,
             end_state=state or "gone",
             end_reason=reason if state else "",
             nodes=(job.nodes if job is not None and job.nodes else r.nodes),
+            exit_code=exit_code,
+            failed_launch=failed,
+            served=served,
         )
     )
     _release_window(ps, r)

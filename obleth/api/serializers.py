@@ -406,12 +406,22 @@ class ManagedSpecSerializer(StrictFieldsMixin, serializers.ModelSerializer[Manag
             "recipe",
             "last_provision_error",
             "last_provision_error_at",
+            "breaker_message",
+            "breaker_tripped_at",
+            "storm_message",
+            "storm_since",
             "created_at",
             "updated_at",
         ]
+        # breaker_message: why the provisioner stopped launching ("" = it did not), with how to
+        # resume; storm_message: replacements slowed by the storm guard ("" = no storm).
         read_only_fields = [
             "last_provision_error",
             "last_provision_error_at",
+            "breaker_message",
+            "breaker_tripped_at",
+            "storm_message",
+            "storm_since",
             "created_at",
             "updated_at",
         ]
@@ -509,6 +519,10 @@ class LaunchSerializer(serializers.ModelSerializer[Launch]):
             "ended_at",
             "end_state",
             "end_reason",
+            # false: churn (it served, then was preempted, cancelled by others or timed out),
+            # not counted toward "Stop after failed launches"; null: not ended or ended by us
+            "exit_code",
+            "failed_launch",
             "updated_at",
         ]
         read_only_fields = fields

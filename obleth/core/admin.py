@@ -243,6 +243,7 @@ class ModelAdmin(ActionPermissions, admin.ModelAdmin):
         "health",
         "endpoint_count",
         "managed",
+        "launching",
         "updated_at",
     )
     list_filter = ("hosting_mode", "model_type", "enabled", "health_status")
@@ -303,6 +304,18 @@ class ModelAdmin(ActionPermissions, admin.ModelAdmin):
     def managed(self, obj: Model) -> bool:
         return hasattr(obj, "managed_spec")
 
+    @admin.display(description="launching")
+    def launching(self, obj: Model) -> str:
+        """Whether the provisioner launches replicas: the failed-launch breaker, the storm guard."""
+        spec = getattr(obj, "managed_spec", None)
+        if spec is None:
+            return ""
+        if spec.breaker_message:
+            return "STOPPED after failed launches: open the model and press Try once more"
+        if spec.storm_message:
+            return "slowed: replacement storm"
+        return "yes" if spec.enabled else "off"
+
     @admin.action(
         description="Dismiss the provision error of the selected models",
         permissions=["dismiss_error"],
@@ -321,9 +334,29 @@ class ModelAdmin(ActionPermissions, admin.ModelAdmin):
                 "<uuid:object_id>/dismiss-provision-error/",
                 self.admin_site.admin_view(self.dismiss_provision_error_view),
                 name="core_model_dismiss_provision_error",
-            )
+            ),
+            path(
+                "<uuid:object_id>/try-once-more/",
+                self.admin_site.admin_view(self.try_once_more_view),
+                name="core_model_try_once_more",
+            ),
         ]
         return extra + super().get_urls()
+
+    def try_once_more_view(self, request: HttpRequest, object_id: uuid.UUID) -> HttpResponse:
+        """Clear the lost replicas (and the tripped breaker) so the next pass launches again."""
+        model = get_object_or_404(Model, pk=object_id)
+        change_url = reverse("admin:core_model_change", args=[model.pk])
+        if request.method != "POST" or not request.user.has_perm("core.clear_lost"):
+            return HttpResponseRedirect(change_url)
+        cleared = services.clear_lost(model.pk, actor=actor_of(request))
+        self.message_user(
+            request,
+            f"Cleared {cleared} lost replica(s): the next pass launches again. It stops again if "
+            "the limit of failed launches is reached again.",
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(change_url)
 
     def dismiss_provision_error_view(
         self, request: HttpRequest, object_id: uuid.UUID
@@ -361,6 +394,15 @@ class ModelAdmin(ActionPermissions, admin.ModelAdmin):
                 context["dismiss_url"] = reverse(
                     "admin:core_model_dismiss_provision_error", args=[spec.model_id]
                 )
+        if spec is not None and spec.breaker_message:
+            context["breaker_message"] = spec.breaker_message
+            context["breaker_tripped_at"] = spec.breaker_tripped_at
+            context["try_once_more_url"] = reverse(
+                "admin:core_model_try_once_more", args=[spec.model_id]
+            )
+        if spec is not None and spec.storm_message:
+            context["storm_message"] = spec.storm_message
+            context["storm_since"] = spec.storm_since
         return super().change_view(request, object_id, form_url, extra_context=context)
 
 

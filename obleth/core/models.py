@@ -331,6 +331,12 @@ class ManagedSpec(TimestampedModel):
     recipe = models.ForeignKey(Recipe, null=True, blank=True, on_delete=models.SET_NULL)
     last_provision_error = models.TextField(blank=True, editable=False)
     last_provision_error_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Written by the provisioner (provisioner/plan.py decides): why it stopped launching, and
+    # whether replacements are slowed by the storm guard. "" = not tripped / no storm.
+    breaker_message = models.TextField(blank=True, editable=False)
+    breaker_tripped_at = models.DateTimeField(null=True, blank=True, editable=False)
+    storm_message = models.TextField(blank=True, editable=False)
+    storm_since = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = "managed spec"
@@ -462,6 +468,10 @@ class Launch(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     end_state = models.CharField(max_length=60, blank=True)
     end_reason = models.CharField(max_length=500, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True, help_text="As Slurm reported it.")
+    # False: churn (it served, then was preempted, cancelled by someone else or timed out);
+    # None: not ended, or ended by the provisioner itself.
+    failed_launch = models.BooleanField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -246,8 +246,13 @@ def restart_replicas(replica_ids: Iterable[uuid.UUID | str], *, actor: str = "ad
 
 
 def clear_lost(model_id: uuid.UUID | str, *, actor: str = "admin") -> int:
-    """Delete a model's lost replicas now (they no longer count against max_job_failures)."""
+    """Delete a model's lost replicas now (they no longer count against max_job_failures):
+    "Try once more". A tripped failed-launch breaker is cleared at once (banner, API, gateway);
+    the next pass launches again, and trips it again if the limit is reached again."""
     count, _ = Replica.objects.filter(model_id=model_id, state=ReplicaState.LOST).delete()
+    ManagedSpec.objects.filter(model_id=model_id).exclude(breaker_message="").update(
+        breaker_message="", breaker_tripped_at=None
+    )
     logger.info("audit: %s cleared %d lost replica(s) of model %s", actor, count, model_id)
     action_done.send(
         Model,

@@ -79,6 +79,13 @@ def openai_error(
     response = HttpResponse(json.dumps(body), status=status, content_type="application/json")
     for name, value in (headers or {}).items():
         response[name] = value
+    # The one INFO line obleth.requestid logs for this answer (never Django's ERROR line)
+    response.obleth_reason = f"{code or kind}: {message}"  # type: ignore[attr-defined]
+    return response
+
+
+def _for_model(response: HttpResponseBase, route: RouteModel) -> HttpResponseBase:
+    response.obleth_model = route.name  # type: ignore[attr-defined]
     return response
 
 
@@ -234,18 +241,35 @@ def misconfigured_response(route: RouteModel) -> HttpResponse:
 
 
 def no_replica_response(route: RouteModel) -> HttpResponse:
-    return openai_error(
-        503,
-        f"Model '{route.name}' has no replica ready yet (no enabled endpoint). "
-        "A replica may still be starting; retry in a minute.",
-        kind="service_unavailable",
-        code="no_replica_ready",
-        headers={"Retry-After": "30"},
-    )
+    """503 for a model without a routable endpoint; when the provisioner stopped launching its
+    replicas (failed-launch breaker), the answer says so and how to resume, not "retry"."""
+    if route.stopped:
+        response = openai_error(
+            503,
+            f"Model '{route.name}' has no replica: the provisioner stopped launching it. "
+            f"{route.stopped}",
+            kind="service_unavailable",
+            code="model_stopped",
+        )
+    else:
+        response = openai_error(
+            503,
+            f"Model '{route.name}' has no replica ready yet (no enabled endpoint). "
+            "A replica may still be starting; retry in a minute.",
+            kind="service_unavailable",
+            code="no_replica_ready",
+            headers={"Retry-After": "30"},
+        )
+    response.obleth_model = route.name  # type: ignore[attr-defined]
+    return response
 
 
 def forward(route: RouteModel, path: str, body: dict[str, Any]) -> HttpResponseBase:
     """Send ``body`` (a parsed OpenAI request) to ``<api_base><path>`` of the model's endpoints."""
+    return _for_model(_forward(route, path, body), route)
+
+
+def _forward(route: RouteModel, path: str, body: dict[str, Any]) -> HttpResponseBase:
     candidates = order_endpoints(route.endpoints)
     if not candidates:
         return no_replica_response(route)
@@ -326,6 +350,10 @@ def forward(route: RouteModel, path: str, body: dict[str, Any]) -> HttpResponseB
         elif not upstream.is_success:
             data = scrub_upstream_address(data, endpoint.base)
         response_plain = HttpResponse(data, status=upstream.status_code)
+        if not upstream.is_success:
+            response_plain.obleth_reason = (  # type: ignore[attr-defined]
+                f"the replica answered {upstream.status_code}"
+            )
         if "content-type" not in headers:
             del response_plain["Content-Type"]
         for name, value in headers.items():

@@ -22,6 +22,7 @@ from provisioner.domain import (
     DeleteEndpoint,
     DeleteReplica,
     EndpointView,
+    GuardState,
     JobInfo,
     JobPhase,
     Knobs,
@@ -30,12 +31,14 @@ from provisioner.domain import (
     Promote,
     ReplicaState,
     ReplicaView,
+    SetGuard,
     Snapshot,
     Submit,
     UpdateMessage,
 )
 from provisioner.domain import FailedPlacement as Failed
 from provisioner.plan import (
+    breaker_message,
     endpoint_name_for,
     job_name_for,
     lost_message,
@@ -65,6 +68,7 @@ GONE = JobPhase.GONE
 RESTART_MSG = "restart requested"
 ZOMBIE_MSG = "restarting: failed health probes while job running"
 DRAIN_MSG = "draining: the model is no longer provisioned"
+CHURN_SUFFIX = " \u2014 churn after serving: replaced, not counted as a failed launch"
 
 
 # ------------------------------------------------------------------------------ builders
@@ -252,8 +256,16 @@ def lost(
     reason: str = "",
     nodes: tuple[str, ...] = ("gpu1",),
     model: uuid.UUID = M,
+    served: bool = False,
+    failed: bool | None = None,
+    exit_code: int | None = None,
 ) -> MarkLost:
-    return MarkLost(model, rid(n), message, endpoint, end_state, reason, nodes)
+    """A MarkLost; ``served`` replicas' churn ends get the churn sentence and do not count."""
+    counted = (not served) if failed is None else failed
+    text = message if counted else message + CHURN_SUFFIX
+    return MarkLost(
+        model, rid(n), text, endpoint, end_state, reason, nodes, exit_code, counted, served
+    )
 
 
 def cancel(
@@ -280,6 +292,12 @@ def upd(n: int, *, model: uuid.UUID = M, **kw: object) -> UpdateMessage:
 
 def delete(n: int, why: str, *, model: uuid.UUID = M) -> DeleteReplica:
     return DeleteReplica(model, rid(n), why)
+
+
+def guard(
+    breaker: str = "", storm: str = "", *, tripped: bool = False, storm_started: bool = False
+) -> SetGuard:
+    return SetGuard(M, breaker, storm, tripped, storm_started)
 
 
 def del_ep(n: int, why: str, *, model: uuid.UUID = M) -> DeleteEndpoint:
@@ -456,7 +474,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
     (
         "preempted (job gone from the listing): lost + replacement in the freed window",
         snap(replicas=[r1], jobs=[], endpoints=[e1]),
-        [lost(1, endpoint=eid(1)), sub(0, 8000)],
+        [lost(1, endpoint=eid(1), served=True), sub(0, 8000)],
     ),
     (
         "terminal job still listed: lost carries state and reason",
@@ -473,6 +491,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
                 end_state="TIMEOUT",
                 reason="TimeLimit",
                 nodes=("gpu4",),
+                served=True,
             ),
             sub(0, 8000),
         ],
@@ -480,12 +499,12 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
     (
         "only some jobs missing: the vanished one is lost",
         snap(specs=[spec(target=2)], replicas=[r1, r2], jobs=[j2], endpoints=[e1, e2]),
-        [lost(1, endpoint=eid(1)), sub(0, 8000)],
+        [lost(1, endpoint=eid(1), served=True), sub(0, 8000)],
     ),
     (
         "lost row with a dangling endpoint id carries none",
         snap(replicas=[r1], jobs=[], endpoints=[]),
-        [lost(1), sub(0, 8000)],
+        [lost(1, served=True), sub(0, 8000)],
     ),
     (
         "listing predates the submit: not lost (job id known)",
@@ -625,7 +644,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
     (
         "restart of a job already gone: lost instead",
         snap(replicas=[rep(1, H, "101", endpoint=eid(1), cancel=True)], jobs=[], endpoints=[e1]),
-        [lost(1, endpoint=eid(1)), sub(0, 8000)],
+        [lost(1, endpoint=eid(1), served=True), sub(0, 8000)],
     ),
     # --- zombie self-heal
     (
@@ -683,7 +702,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
             endpoints=[e1],
             probes={1: None},
         ),
-        [lost(1, endpoint=eid(1)), sub(0, 8000)],
+        [lost(1, endpoint=eid(1), served=True), sub(0, 8000)],
     ),
     (
         "gateway-unhealthy endpoint restarts even with a passing probe",
@@ -864,17 +883,41 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
             specs=[spec(target=2, max_job_failures=3)],
             replicas=[rep(n, L, f"10{n}", age=60) for n in (1, 2, 3)],
         ),
+        [guard(breaker_message(3, 3, ""), tripped=True)],
+    ),
+    (
+        "a tripped breaker already recorded writes nothing again",
+        snap(
+            specs=[spec(target=2, max_job_failures=3, guard=GuardState(breaker_message(3, 3, "")))],
+            replicas=[rep(n, L, f"10{n}", age=60) for n in (1, 2, 3)],
+        ),
         [],
+    ),
+    (
+        "breaker recorded but the lost rows were cleared (Try once more): reset and submit",
+        snap(specs=[spec(target=1, max_job_failures=3, guard=GuardState("stopped"))]),
+        [guard(""), sub(0, 8000)],
     ),
     (
         "failure limit counts the job that ended this pass",
         snap(
             specs=[spec(target=1, max_job_failures=2)],
             replicas=[rep(1, L, "100", age=60), r2],
-            jobs=[],
+            jobs=[job("102", 2, GONE, state="FAILED", reason="NonZeroExitCode")],
             endpoints=[e2],
         ),
-        [lost(2, endpoint=eid(2))],
+        [
+            lost(
+                2,
+                "job ended: FAILED (NonZeroExitCode)",
+                endpoint=eid(2),
+                end_state="FAILED",
+                reason="NonZeroExitCode",
+                served=True,
+                failed=True,
+            ),
+            guard(breaker_message(2, 2, "job ended: FAILED (NonZeroExitCode)"), tripped=True),
+        ],
     ),
     (
         "below the failure limit still submits",
@@ -895,7 +938,10 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
             specs=[spec(target=2, max_job_failures=1)],
             replicas=[rep(1, L, "100", age=60), rep(2, P, "", submitted=None)],
         ),
-        [delete(2, "not submitted: stopped after 1 failed launches")],
+        [
+            delete(2, "not submitted: stopped after 1 failed launches"),
+            guard(breaker_message(1, 1, ""), tripped=True),
+        ],
     ),
     # --- drain groups
     (
@@ -1023,7 +1069,14 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
             candidates={M: ("gpu1", "gpu2")},
         ),
         [
-            lost(1, "job ended: NODE_FAIL", endpoint=eid(1), end_state="NODE_FAIL"),
+            lost(
+                1,
+                "job ended: NODE_FAIL",
+                endpoint=eid(1),
+                end_state="NODE_FAIL",
+                served=True,
+                failed=True,
+            ),
             sub(0, 8000, excluded=("gpu1",)),
         ],
     ),
@@ -1087,7 +1140,7 @@ def test_action_order_across_kinds() -> None:
     assert plan(snapshot) == [
         del_ep(8, "its replica no longer exists"),
         cancel(1, "101", CancelReason.OPERATOR_RESTART, endpoint=eid(1)),
-        lost(2, endpoint=eid(2)),
+        lost(2, endpoint=eid(2), served=True),
         delete(3, "lost replica past its retention"),
         Adopt(M, rid(4), "555"),
         promote(5, port=8032),
