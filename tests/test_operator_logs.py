@@ -173,6 +173,7 @@ def test_request_ids_are_plain_tokens(given: str, kept: bool) -> None:
 @pytest.fixture
 def open_gateway(db: Any, settings: Any) -> Iterator[None]:
     settings.OBLETH_GATEWAY_API_KEYS = []
+    settings.OBLETH_GATEWAY_OPEN = True  # closed by default since gateway keys
     invalidate_routes()
     yield
     invalidate_routes()

@@ -84,7 +84,7 @@ def churn_of(state: str, exit_code: int | None = None) -> list[Action]:
             served=True,
             exit_code=exit_code,
         ),
-        sub(0, 8008),
+        sub(0, 8000),  # the freed window (replica windows are bounded)
     ]
 
 
@@ -209,7 +209,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
         [
             lost(1, "job ended: PREEMPTED", endpoint=eid(1), end_state="PREEMPTED", served=True),
             guard(storm=STORM_11, storm_started=True),
-            sub(0, 8008),
+            sub(0, 8000),
         ],
     ),
     (

@@ -38,6 +38,7 @@ def fake(db: Any, settings: Any) -> Iterator[FakeSlurmrestd]:
     settings.OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS = 0
     settings.OBLETH_MODEL_HEALTH_ENABLED = False
     settings.OBLETH_GATEWAY_API_KEYS = []
+    settings.OBLETH_GATEWAY_OPEN = True  # closed by default since gateway keys
     with FakeSlurmrestd(token=TOKEN, start_delay=3600, nodes=[FakeNode("localhost")]) as server:
         slurm = SlurmSettings.load()
         slurm.enabled, slurm.slurmrestd_url, slurm.user = True, server.url, "obleth"

@@ -46,17 +46,30 @@ def free_window(span: int = 8) -> int:
     raise RuntimeError("no free port window")
 
 
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = json.dumps({"status": "ok"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+def keyed_engine(key: str) -> type[http.server.BaseHTTPRequestHandler]:
+    """A server that proves it is the replica's: /health open, /v1/models only with its key."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
+    class Engine(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path.startswith("/v1/") and self.headers.get("Authorization") != (
+                f"Bearer {key}"
+            ):
+                status, payload = 401, {"error": "bad key"}
+            elif self.path.startswith("/v1/models"):
+                status, payload = 200, {"object": "list", "data": [{"id": "held"}]}
+            else:
+                status, payload = 200, {"status": "ok"}
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    return Engine
 
 
 @pytest.fixture
@@ -86,7 +99,9 @@ def test_a_replica_seen_running_is_promoted_while_slurmrestd_is_down(
     assert (row.state, row.nodes) == ("starting", "localhost")
 
     fake.set_down(True)  # slurmrestd goes away; the engine comes up meanwhile
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", row.port_base or base), Health)
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", row.port_base or base), keyed_engine(row.api_key)
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         report = run_pass(dispatch="inline", fast=True)
