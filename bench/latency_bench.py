@@ -43,6 +43,7 @@ import logging
 import os
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -66,14 +67,27 @@ GATEWAY_KEY = "bench-" + uuid.uuid4().hex
 GATEWAY_POLL_SECS = 0.05
 
 
-def engine_script(model_name: str, slow_start: float) -> str:
-    return (
-        "#!/bin/bash\n"
-        f'echo "replica of {model_name} on $(hostname) port $OBLETH_SERVING_PORT"\n'
+def engine_script(model_name: str, slow_start: float, marker: str = "") -> str:
+    """The replica's job. With ``marker`` (a file path), only the first job slow-starts: a
+    replacement listens at once, as the test-engine recipe does ("healthy a second after the
+    job starts"), so (c) measures the provisioner, not the engine's start."""
+    slow = f"{slow_start:.2f}"
+    lines = [
+        "#!/bin/bash",
+        f'echo "replica of {model_name} on $(hostname) port $OBLETH_SERVING_PORT"',
+    ]
+    if marker:
+        lines += [
+            f"SLOW={slow}",
+            f"if [ -e {marker} ]; then SLOW=0; else touch {marker}; fi",
+        ]
+        slow = "$SLOW"
+    lines += [
         f'/usr/bin/python3 {ENGINE} --host 127.0.0.1 --port "$OBLETH_SERVING_PORT" '
-        f"--model {model_name} --quiet --slow-start {slow_start:.2f} || true\n"
-        "exec sleep 100000\n"
-    )
+        f"--model {model_name} --quiet --slow-start {slow} || true",
+        "exec sleep 100000",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def free_port() -> int:
@@ -111,6 +125,61 @@ class PassRecord:
     status: str
     actions: list[str]
     detail: str = ""
+
+
+class CeleryLoop:
+    """--celery: passes are the real Celery beat and worker (started once by main()); this
+    stands in for Loop with no pass records (their timings are in the worker's log)."""
+
+    def __init__(self) -> None:
+        self.kick = threading.Event()
+        self.passes: list[PassRecord] = []
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def is_alive(self) -> bool:
+        return True
+
+    def first_pass_with(self, action: str, after: float, wait: float = 30) -> PassRecord | None:
+        return None
+
+
+def start_celery(env: dict[str, str], log_path: Path) -> list[subprocess.Popen[bytes]]:
+    """A Celery worker (concurrency 4, as scripts/run) and beat on the bench database."""
+    celery = str(Path(sys.executable).parent / "celery")
+    out = log_path.open("ab")
+    procs = [
+        subprocess.Popen(
+            [celery, "-A", "obleth", "worker", "--loglevel", "INFO", "--concurrency", "4"],
+            cwd=common.ROOT,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [
+                celery,
+                "-A",
+                "obleth",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(log_path.with_suffix(".beat")),
+            ],
+            cwd=common.ROOT,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        ),
+    ]
+    time.sleep(5)
+    return procs
 
 
 class Loop(threading.Thread):
@@ -271,7 +340,14 @@ class Rep:
     end_to_event: float | None = None  # event mode: scancel -> not RUNNING nor COMPLETING
     end_to_pass: float | None = None  # scancel -> start of the pass that replaced it
     replace_pass_s: float | None = None
+    # (c) the replacement (it listens as soon as its job starts): how soon it serves again
+    end_to_routed: float | None = None  # scancel -> first 200 through the gateway again
+    repl_start_to_ready: float | None = None  # replacement job started (Slurm) -> engine 200
+    repl_ready_to_promoted: float | None = None  # replacement engine 200 -> Launch.healthy_at
+    repl_promoted_to_routed: float | None = None
+    repl_start_to_promoted: float | None = None  # replacement job started (Slurm) -> promoted
     note: str = ""
+    passes_to_promote: list[str] = dataclasses.field(default_factory=list)
     passes_after_end: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -290,8 +366,8 @@ class Bench:
             model=model,
             partition="debug",
             serving_port=self.port_cursor,
-            script_body=engine_script(name, slow_start),
-            target_replicas=1,
+            script_body=engine_script(name, slow_start, marker_path(name)),
+            target_replicas=self.args.replicas,
             mem="128M",
             time_limit="30",
         )
@@ -306,7 +382,19 @@ class Bench:
         Endpoint.objects.filter(model_id=model.pk).delete()
         Replica.objects.filter(model_id=model.pk).delete()
         Launch.objects.filter(model_id=model.pk).delete()
+        Path(marker_path(model.name)).unlink(missing_ok=True)
         model.delete()
+
+    def measure_replacement(
+        self,
+        rep: Rep,
+        loop: Loop,
+        watcher: GatewayWatcher,
+        launch_id: uuid.UUID,
+        ended: float,
+        deadline: float,
+    ) -> None:
+        _measure_replacement(rep, loop, watcher, launch_id, ended, deadline)
 
     def run_rep(self, mode: str, index: int, gateway: str) -> Rep:
         from obleth.core.models import Endpoint, Launch, Replica
@@ -321,7 +409,7 @@ class Bench:
         model = self.deploy(name, slow)
         watcher = GatewayWatcher(gateway, name)
         watcher.start()
-        loop = Loop(mode, interval, model.pk)
+        loop: Any = CeleryLoop() if self.args.celery else Loop(mode, interval, model.pk)
         loop.start()
         try:
             deadline = time.monotonic() + 3 * interval + slow + 60
@@ -355,14 +443,22 @@ class Bench:
                 return rep
 
             # (b) the job ends; how long until its replacement is submitted?
+            while (
+                Replica.objects.filter(model_id=model.pk, state="healthy").count()
+                < self.args.replicas
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
             victim = Replica.objects.filter(model_id=model.pk, state="healthy").first()
             if victim is None:
                 rep.note = "no healthy replica to cancel"
                 return rep
             if mode in ("cadence", "shipped"):
                 time.sleep(random.uniform(0.0, interval))  # a random phase of the schedule
+            again = GatewayWatcher(gateway, name)
             subprocess.run(["scancel", victim.job_id], check=True)
             ended = time.time()
+            again.start()
             if mode == "event":
                 # The event is the job having ENDED: while Slurm still says COMPLETING (its
                 # processes being killed) slurmrestd reports it live and a pass waits for it.
@@ -375,10 +471,13 @@ class Bench:
                 loop.kick.set()
             deadline = time.monotonic() + 3 * interval + 60
             launch = None
+            earlier = set(
+                Launch.objects.filter(model_id=model.pk).values_list("pk", flat=True)
+            )  # the victim and, with --replicas 2+, its siblings: not the replacement
             while launch is None and time.monotonic() < deadline:
                 launch = (
                     Launch.objects.filter(model_id=model.pk)
-                    .exclude(pk=victim.pk)
+                    .exclude(pk__in=earlier)
                     .exclude(job_id="")
                     .first()
                 )
@@ -396,6 +495,9 @@ class Bench:
             if replacer is not None:
                 rep.end_to_pass = replacer.started - ended
                 rep.replace_pass_s = replacer.ended - replacer.started
+            if mode == "shipped":
+                self.measure_replacement(rep, loop, again, launch.pk, ended, deadline)
+            again.stop()
             return rep
         finally:
             watcher.stop()
@@ -403,6 +505,73 @@ class Bench:
             if loop.error is not None:
                 rep.note = f"loop failed: {loop.error!r}"
             self.cleanup(model)
+
+
+def marker_path(model_name: str) -> str:
+    return f"/tmp/oblbench-{model_name}.started"
+
+
+def slurm_start_time(job_id: str) -> float | None:
+    """The job's start time as Slurm recorded it (epoch seconds; sacct-free: scontrol)."""
+    out = subprocess.run(
+        ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, check=False
+    ).stdout
+    for field in out.split():
+        if field.startswith("StartTime="):
+            with contextlib.suppress(ValueError):
+                return dt.datetime.fromisoformat(field.split("=", 1)[1]).timestamp()
+    return None
+
+
+def _measure_replacement(
+    rep: Rep,
+    loop: Loop,
+    watcher: GatewayWatcher,
+    launch_id: uuid.UUID,
+    ended: float,
+    deadline: float,
+) -> None:
+    """(c): the replacement listens as soon as its job starts; how soon is it promoted and
+    routed? Records the passes between its engine answering and its promotion."""
+    from obleth.core.models import Launch
+
+    launch = Launch.objects.get(pk=launch_id)
+    replica_port = (
+        launch.submission.get("port_base") if isinstance(launch.submission, dict) else None
+    )
+    from obleth.core.models import Replica
+
+    row = Replica.objects.filter(pk=launch_id).first()
+    port_base = (row.port_base if row is not None else None) or replica_port
+    if not port_base:
+        rep.note = "replacement has no port window"
+        return
+    ready = wait_ready(launch.model_name, int(port_base), 8, deadline)
+    routed = watcher.wait_ok(deadline)
+    launch.refresh_from_db()
+    while launch.healthy_at is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        launch.refresh_from_db()
+    if routed is not None:
+        rep.end_to_routed = routed - ended
+    started = slurm_start_time(launch.job_id) if launch.job_id else None
+    if ready is not None and started is not None:
+        rep.repl_start_to_ready = ready - started
+    if launch.healthy_at is not None:
+        promoted = launch.healthy_at.timestamp()
+        if ready is not None:
+            rep.repl_ready_to_promoted = promoted - ready
+        if started is not None:
+            rep.repl_start_to_promoted = promoted - started
+        if routed is not None:
+            rep.repl_promoted_to_routed = routed - promoted
+        since = ready if ready is not None else ended
+        rep.passes_to_promote = [
+            f"+{p.started - since:.2f}s ({p.ended - p.started:.2f}s) {p.status} "
+            f"{','.join(p.actions) or '-'}"
+            for p in list(loop.passes)
+            if p.ended >= since - 1 and p.started <= promoted
+        ]
 
 
 def start_gateway(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -474,6 +643,13 @@ def main() -> int:
     parser.add_argument("--db", default="obleth_bench_latency", help="database name")
     parser.add_argument("--port-base", type=int, default=17100, help="first serving_port")
     parser.add_argument("--json", action="store_true", help="also write bench/results/*.json")
+    parser.add_argument("--replicas", type=int, default=1, help="replicas per model (1)")
+    parser.add_argument(
+        "--celery",
+        action="store_true",
+        help="passes by a real Celery worker+beat (Redis db --redis-db) instead of run_pass here",
+    )
+    parser.add_argument("--redis-db", type=int, default=13, help="Redis db for --celery (13)")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - {"cadence", "event", "fast", "shipped"}
@@ -482,6 +658,8 @@ def main() -> int:
             f"--modes takes cadence, shipped, event, fast (got {sorted(unknown)}); -n >= 1"
         )
 
+    # SIGTERM cleans up like Ctrl-C: the jobs, the worker and the gateway are stopped.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     common.setup_django(args.db)
     logging.getLogger("provisioner").setLevel(logging.ERROR)  # "replica lost" is expected here
     from django.conf import settings
@@ -511,6 +689,22 @@ def main() -> int:
         "OBLETH_GATEWAY_API_KEYS": GATEWAY_KEY,
     }
     gateway, gateway_url = start_gateway(db_env)
+    workers: list[subprocess.Popen[bytes]] = []
+    if args.celery:
+        common.RESULTS.mkdir(parents=True, exist_ok=True)
+        celery_log = common.RESULTS / f"celery-{dt.datetime.now():%Y%m%d-%H%M%S}.log"
+        celery_env = {
+            **db_env,
+            "DJANGO_SETTINGS_MODULE": "obleth.settings",
+            "OBLETH_SECRET_KEY": os.environ.get("OBLETH_SECRET_KEY", "bench-secret"),
+            "OBLETH_ENCRYPTION_KEY": settings.OBLETH_ENCRYPTION_KEY,
+            "OBLETH_CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{args.redis_db}",
+            "OBLETH_PROVISIONER_DISPATCH": "celery",
+            "OBLETH_PROVISIONER_JOB_PREFIX": bench.prefix,
+            "OBLETH_LOG_LEVEL": "DEBUG",
+        }
+        workers = start_celery(celery_env, celery_log)
+        print(f"celery worker+beat logging to {celery_log}")
     print(
         f"latency benchmark {dt.datetime.now().isoformat(timespec='seconds')}: real Slurm at "
         f"{real.url}, gateway {gateway_url} (route cache "
@@ -527,6 +721,11 @@ def main() -> int:
                 print(f"  {mode} #{i + 1}: {_line(rep)}")
                 sys.stdout.flush()
     finally:
+        for proc in workers:
+            proc.terminate()
+        for proc in workers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
         gateway.terminate()
         gateway.wait(timeout=20)
         for job_id in squeue(bench.prefix):
@@ -555,6 +754,26 @@ def main() -> int:
                 ended_at = [r.end_to_event for r in reps]
                 print(show("    scancel -> job ended (not COMPLETING)", ended_at))
             print(show("    replacing pass duration", [r.replace_pass_s for r in reps]))
+        if mode == "shipped":
+            print(show("(c) scancel -> routed again", [r.end_to_routed for r in reps]))
+            print(
+                show(
+                    "    replacement started -> engine ready", [r.repl_start_to_ready for r in reps]
+                )
+            )
+            print(
+                show("    replacement ready -> promoted", [r.repl_ready_to_promoted for r in reps])
+            )
+            print(show("    promoted -> routed", [r.repl_promoted_to_routed for r in reps]))
+            start_promoted = [r.repl_start_to_promoted for r in reps]
+            print(show("    replacement started -> promoted", start_promoted))
+            routed = sorted(r.end_to_routed for r in reps if r.end_to_routed is not None)
+            if routed:
+                p90 = routed[min(len(routed) - 1, int(round(0.9 * (len(routed) - 1))))]
+                print(
+                    f"    scancel -> routed p50 {statistics.median(routed):.2f} s, "
+                    f"p90 {p90:.2f} s, max {routed[-1]:.2f} s (N={len(routed)})"
+                )
         failed = [r.note for r in reps if r.note]
         if failed:
             print(f"    problems: {failed}")

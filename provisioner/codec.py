@@ -23,6 +23,7 @@ ACTION_TYPES: dict[str, type[Any]] = {
         domain.DeleteReplica,
         domain.DeleteEndpoint,
         domain.UpdateMessage,
+        domain.SetGuard,
     )
 }
 

@@ -23,6 +23,7 @@ __all__ = [
     "DeleteEndpoint",
     "DeleteReplica",
     "EndpointView",
+    "GuardState",
     "JobInfo",
     "JobPhase",
     "Knobs",
@@ -31,6 +32,8 @@ __all__ = [
     "Promote",
     "ReplicaState",
     "ReplicaView",
+    "ServingLoss",
+    "SetGuard",
     "Snapshot",
     "Submit",
     "UpdateMessage",
@@ -64,6 +67,21 @@ class Knobs:
     gateway_verdict_max_age_secs: int = 3600
     failed_node_memory_secs: int = 3600  # how long a node where a replica failed is avoided
     job_prefix: str = "obleth-"
+    # Replacement-storm guard: more than storm_losses losses of serving replicas of one model
+    # within storm_window_secs slow its replacements down (backoff) and alert; never stop them.
+    storm_losses: int = 10  # <= 0 disables the guard
+    storm_window_secs: int = 600
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GuardState:
+    """The failed-launch breaker and the replacement-storm guard of one model.
+
+    ``breaker``/``storm`` are the operator-facing sentences ("" = not tripped / no storm).
+    """
+
+    breaker: str = ""
+    storm: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,6 +102,9 @@ class ModelSpec:
     node_count: int = 1
     # Slurm refused a submit for this model moments ago: no new submits this pass (backoff).
     hold_submits: bool = False
+    # What the model's page/API/gateway show now (ManagedSpec fields): the plan emits SetGuard
+    # only when what it decides differs, so an unchanged state writes nothing.
+    guard: GuardState = dataclasses.field(default_factory=GuardState)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -102,6 +123,10 @@ class ReplicaView:
     last_message: str = ""
     probe_failures: int = 0  # decaying zombie counter, persisted on the row
     excluded_nodes: tuple[str, ...] = ()  # nodes this replica's submit asked to avoid
+    served: bool = False  # was ever healthy (promoted): its end is churn unless it failed
+    # A lost row's end as recorded in its launch history ("" when unknown)
+    end_state: str = ""
+    exit_code: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -128,6 +153,14 @@ class FailedPlacement:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ServingLoss:
+    """A replica of the model that had served and then ended (from launch history)."""
+
+    model_id: uuid.UUID
+    ended_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one pass knows. Built by observe; the only input of plan()."""
 
@@ -150,6 +183,8 @@ class Snapshot:
     failed_placements: tuple[FailedPlacement, ...] = ()
     # Node names of the partitions' nodes that are up, per model (for placing away); empty = unknown
     candidate_nodes: dict[uuid.UUID, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # Ends of serving replicas already recorded, within the storm window (for the storm guard)
+    serving_losses: tuple[ServingLoss, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------- actions
@@ -203,6 +238,11 @@ class MarkLost:
     end_state: str = "gone"  # Slurm terminal state, or "gone"
     end_reason: str = ""
     nodes: tuple[str, ...] = ()
+    exit_code: int | None = None
+    # False: churn (a replica that served, preempted/cancelled/timed out): replaced at once and
+    # not counted toward the model's "Stop after failed launches".
+    failed_launch: bool = True
+    served: bool = False  # the replica had served (its loss counts toward the storm guard)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -253,6 +293,17 @@ class UpdateMessage:
     state: ReplicaState | None = None  # only PENDING -> STARTING transitions use this
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetGuard:
+    """The model's breaker or storm state changed: record it on the spec, alert, log."""
+
+    model_id: uuid.UUID
+    breaker: str  # "" = not tripped
+    storm: str  # "" = no storm
+    tripped: bool = False  # the breaker trips in this pass (alert + WARNING)
+    storm_started: bool = False  # the storm guard engages in this pass (alert + WARNING)
+
+
 Action = (
     Submit
     | Adopt
@@ -263,4 +314,5 @@ Action = (
     | DeleteReplica
     | DeleteEndpoint
     | UpdateMessage
+    | SetGuard
 )

@@ -38,9 +38,11 @@ from provisioner.domain import (
     Knobs,
     MarkLost,
     Promote,
+    SetGuard,
     Submit,
     UpdateMessage,
 )
+from provisioner.identity import identity_check_for, new_replica_key
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.errors import SlurmConfigError, SlurmRejected
 from provisioner.submission import build_submission, submission_record
@@ -133,6 +135,8 @@ class Executor:
                 return action.why
             case UpdateMessage():
                 return self.update(action)
+            case SetGuard():
+                return self.set_guard(action)
         raise TypeError(f"unknown action {action!r}")
 
     # ------------------------------------------------------------------------------- submit
@@ -142,6 +146,15 @@ class Executor:
             raise RuntimeError("no managed spec for this model; nothing to submit")
         model_name = spec.model.name
         excluded = ",".join(action.excluded_nodes)
+        # The replica's key: kept from its row on a resubmit (a job of the first submit may
+        # still come up with it), fresh for a new row. It reaches the job's environment only.
+        stored = (
+            Replica.objects.filter(pk=action.replica_id).values_list("api_key", flat=True).first()
+            if action.existing
+            else None
+        )
+        api_key = stored or new_replica_key()
+        identity_check = identity_check_for(spec.launcher_spec)
         submission = build_submission(
             spec=spec,
             slurm=self.slurm,
@@ -150,6 +163,7 @@ class Executor:
             port_span=self.knobs.port_span,
             excluded_nodes=action.excluded_nodes,
             client=self.client,
+            replica_api_key=api_key,
         )
         launch_defaults: dict[str, Any] = {
             "model_id": action.model_id,
@@ -175,7 +189,10 @@ class Executor:
         with transaction.atomic():
             if action.existing:
                 updated = Replica.objects.filter(pk=action.replica_id, job_id="").update(
-                    submitted_at=self.now(), last_message="submitting", updated_at=self.now()
+                    submitted_at=self.now(),
+                    last_message="submitting",
+                    updated_at=self.now(),
+                    **({} if stored else {"api_key": api_key, "identity_check": identity_check}),
                 )
                 if not updated:
                     return "row already has a job; nothing to do"
@@ -190,6 +207,8 @@ class Executor:
                     excluded_nodes=excluded,
                     submitted_at=self.now(),
                     last_message="submitting",
+                    api_key=api_key,
+                    identity_check=identity_check,
                 )
                 Launch.objects.create(id=action.replica_id, **launch_defaults)
             if action.existing:
@@ -229,7 +248,7 @@ class Executor:
                 last_provision_error="", last_provision_error_at=None
             )
             spec.last_provision_error = ""
-        log.info("submitted job %s for %s (replica %s)", job_id, model_name, action.replica_id)
+        log.debug("submitted job %s for %s (replica %s)", job_id, model_name, action.replica_id)
         return f"job {job_id}"
 
     def adopt(self, action: Adopt) -> str:
@@ -241,6 +260,12 @@ class Executor:
 
     # ------------------------------------------------------------------------------ promote
     def promote(self, action: Promote) -> str:
+        # The endpoint carries the replica's key: the gateway, its checks and the warm-up send it.
+        replica_key = (
+            Replica.objects.filter(pk=action.replica_id).values_list("api_key", flat=True).first()
+            or ""
+        )
+        keyed: dict[str, Any] = {"api_key": replica_key} if replica_key else {}
         endpoint = None
         if action.endpoint_id is not None:
             endpoint = Endpoint.objects.filter(pk=action.endpoint_id).first()
@@ -255,11 +280,19 @@ class Executor:
                 api_base=action.api_base,
                 replica_id=action.replica_id,
                 enabled=True,
+                **keyed,
             )
-        elif endpoint.api_base != action.api_base or endpoint.replica_id != action.replica_id:
-            # In place: keeps name, priority, weight, enabled flag and key.
+        elif (
+            endpoint.api_base != action.api_base
+            or endpoint.replica_id != action.replica_id
+            or (replica_key and endpoint.api_key != replica_key)
+        ):
+            # In place: keeps name, priority, weight and enabled flag; the key is the replica's.
             Endpoint.objects.filter(pk=endpoint.pk).update(
-                api_base=action.api_base, replica_id=action.replica_id, updated_at=self.now()
+                api_base=action.api_base,
+                replica_id=action.replica_id,
+                updated_at=self.now(),
+                **keyed,
             )
         fault_point("after_endpoint_before_healthy")
         now = self.now()
@@ -286,7 +319,7 @@ class Executor:
                 )
             except Exception as exc:  # noqa: BLE001 - warm-up is best effort
                 log.warning("could not dispatch warm-up for %s: %s", action.replica_id, exc)
-        log.info("promoted replica %s at %s", action.replica_id, action.api_base)
+        log.debug("promoted replica %s at %s", action.replica_id, action.api_base)
         return action.api_base
 
     # ------------------------------------------------------------------- lost / cancel / update
@@ -304,9 +337,14 @@ class Executor:
             ended_at=now,
             end_state=action.end_state[:60],
             end_reason=action.end_reason[:500],
+            exit_code=action.exit_code,
+            failed_launch=action.failed_launch,
             **({"nodes": ",".join(action.nodes)} if action.nodes else {}),
         )
-        log.warning("replica %s lost: %s", action.replica_id, action.message)
+        if action.failed_launch:
+            log.warning("replica %s: failed launch: %s", action.replica_id, action.message)
+        else:
+            log.debug("replica %s lost: %s", action.replica_id, action.message)
         return action.message
 
     def cancel(self, action: Cancel) -> str:
@@ -327,10 +365,56 @@ class Executor:
         Launch.objects.filter(pk=action.replica_id, ended_at__isnull=True).update(
             ended_at=now, end_state=f"cancelled:{action.reason.value}"
         )
-        log.info(
+        log.debug(
             "cancelled job %s (replica %s): %s", action.job_id, action.replica_id, action.message
         )
         return action.message
+
+    def set_guard(self, action: SetGuard) -> str:
+        """Record the model's breaker/storm sentences; alert and warn when one starts."""
+        from provisioner import alerts
+
+        spec = self.specs.get(action.model_id)
+        name = spec.model.name if spec is not None else str(action.model_id)
+        now = self.now()
+        fields: dict[str, Any] = {
+            "breaker_message": action.breaker,
+            "storm_message": action.storm,
+        }
+        current = ManagedSpec.objects.filter(pk=action.model_id).values(
+            "breaker_message", "storm_message"
+        )
+        before: dict[str, Any] = dict(current.first() or {})
+        if not action.breaker:
+            fields["breaker_tripped_at"] = None
+        elif not before.get("breaker_message"):
+            fields["breaker_tripped_at"] = now
+        if not action.storm:
+            fields["storm_since"] = None
+        elif not before.get("storm_message"):
+            fields["storm_since"] = now
+        ManagedSpec.objects.filter(pk=action.model_id).update(**fields)
+        if action.tripped:
+            log.warning("model %s: failed-launch breaker tripped: %s", name, action.breaker)
+            alerts.fire(
+                f"failed_launch_breaker:{action.model_id}",
+                f"Model {name} stopped launching replicas (failed-launch breaker)",
+                action.breaker,
+                severity="critical",
+            )
+        elif before.get("breaker_message") and not action.breaker:
+            log.info("model %s: failed-launch breaker reset; launching again", name)
+        if action.storm_started:
+            log.warning("model %s: replacement storm: %s", name, action.storm)
+            alerts.fire(
+                f"replacement_storm:{action.model_id}",
+                f"Model {name}: replacement storm, replacements slowed",
+                action.storm,
+                severity="warning",
+            )
+        elif before.get("storm_message") and not action.storm:
+            log.info("model %s: replacement storm over; replacing at full speed", name)
+        return action.breaker or action.storm or "guard cleared"
 
     def cancel_orphan(self, action: CancelOrphan) -> str:
         self.client.cancel(action.job_id)

@@ -21,14 +21,17 @@ from obleth.core.models import Endpoint, Launch, ManagedSpec, Replica, SlurmSett
 from provisioner.domain import (
     EndpointView,
     FailedPlacement,
+    GuardState,
     JobInfo,
     JobPhase,
     Knobs,
     ModelSpec,
     ReplicaState,
     ReplicaView,
+    ServingLoss,
     Snapshot,
 )
+from provisioner.identity import IdentityProof, probe_identity
 from provisioner.plan import mass_vanish
 from provisioner.probe import ProbeOutcome, ProbeTarget, probe_all
 from provisioner.resolve import NodeResolver
@@ -53,6 +56,11 @@ class HoldPass(Exception):
     """The pass cannot trust what it saw; it holds with nothing destructive done."""
 
 
+class ListingFailed(HoldPass):
+    """The job listing failed (slurmrestd down, erroring, refusing the token): the pass holds,
+    and may only promote replicas already seen running (``observe_held``)."""
+
+
 @dataclasses.dataclass
 class Observation:
     snapshot: Snapshot
@@ -66,7 +74,9 @@ def split_nodes(text: str) -> tuple[str, ...]:
     return tuple(n for n in (part.strip() for part in text.split(",")) if n)
 
 
-def replica_view(row: Replica) -> ReplicaView:
+def replica_view(row: Replica, ended: tuple[str, int | None] | None = None) -> ReplicaView:
+    """The plan's view of a row; ``ended`` is its launch's (end_state, exit_code) when lost."""
+    end_state, exit_code = ended if ended is not None else ("", None)
     return ReplicaView(
         id=row.id,
         model_id=row.model_id,
@@ -82,6 +92,9 @@ def replica_view(row: Replica) -> ReplicaView:
         last_message=row.last_message,
         probe_failures=row.probe_failures,
         excluded_nodes=split_nodes(row.excluded_nodes),
+        served=row.healthy_at is not None,
+        end_state=end_state,
+        exit_code=exit_code,
     )
 
 
@@ -105,6 +118,8 @@ def knobs_from_settings() -> Knobs:
         restart_after_failures=settings.OBLETH_PROVISIONER_RESTART_AFTER_FAILURES,
         failed_node_memory_secs=settings.OBLETH_PROVISIONER_FAILED_NODE_MEMORY_SECS,
         job_prefix=settings.OBLETH_PROVISIONER_JOB_PREFIX,
+        storm_losses=settings.OBLETH_PROVISIONER_STORM_LOSSES,
+        storm_window_secs=settings.OBLETH_PROVISIONER_STORM_WINDOW_SECS,
     )
 
 
@@ -117,8 +132,114 @@ def list_our_jobs(client: SlurmClient, prefix: str, user: str = "") -> dict[str,
     try:
         jobs = client.list_jobs(name_prefix=prefix)
     except SlurmError as exc:
-        raise HoldPass(f"slurm job listing failed; holding: {exc}") from exc
+        raise ListingFailed(f"slurm job listing failed; holding: {exc}") from exc
     return {job.job_id: job for job in jobs if not user or not job.user or job.user == user}
+
+
+def _probe_target(
+    replica: ReplicaView,
+    host: str,
+    spec: ManagedSpec,
+    knobs: Knobs,
+    registered: int | None,
+    identity: IdentityProof | None,
+) -> ProbeTarget[uuid.UUID]:
+    # A serving replica is checked on the port it was registered with (one connection, not
+    # the whole window): if its server is not there any more, its endpoint is wrong anyway.
+    # The port must also prove it is this replica's server (its key, or Ollama's model name):
+    # another user's server on the node is never promoted, in a held pass neither.
+    return ProbeTarget(
+        key=replica.id,
+        host=host,
+        port_base=registered or replica.port_base or spec.serving_port,
+        port_span=1 if registered else knobs.port_span,
+        health_path=spec.health_path,
+        identity=identity,
+    )
+
+
+def observe_held(
+    *,
+    slurm: SlurmSettings,
+    knobs: Knobs,
+    now: dt.datetime,
+    resolver: NodeResolver,
+    health_timeout: float,
+    probe_concurrency: int,
+) -> Observation:
+    """What a pass whose job listing failed may still use: the replicas already seen running on
+    a known node (``starting``, nodes recorded) of enabled models, probed; no listing (``jobs``
+    is empty, so the snapshot is only fit for ``plan.promotions_while_held``)."""
+    try:
+        spec_rows = list(
+            ManagedSpec.objects.select_related("model").filter(
+                model__hosting_mode=HostingMode.SLURM, enabled=True, model__enabled=True
+            )
+        )
+        specs = {spec.model_id: spec for spec in spec_rows}
+        replica_rows = list(
+            Replica.objects.filter(
+                state=ReplicaState.STARTING, model_id__in=list(specs), cancel_requested=False
+            )
+            .exclude(job_id="")
+            .exclude(nodes="")
+        )
+        endpoint_rows = list(
+            Endpoint.objects.filter(model_id__in=list(specs)).values(
+                "id", "model_id", "name", "api_base", "replica_id"
+            )
+        )
+    except DatabaseError as exc:
+        raise HoldPass(f"database read failed; holding: {exc}") from exc
+    replicas = [replica_view(row) for row in replica_rows]
+    rows_by_id = {row.id: row for row in replica_rows}
+    resolver.set_overrides(slurm.node_addresses or {})
+    addresses = resolver.resolve_many([r.nodes[0] for r in replicas])
+    targets = [
+        _probe_target(
+            r,
+            addresses[r.nodes[0]],
+            specs[r.model_id],
+            knobs,
+            None,
+            probe_identity(rows_by_id[r.id], specs[r.model_id]),
+        )
+        for r in replicas
+    ]
+    outcomes = (
+        probe_all(targets, timeout=health_timeout, concurrency=probe_concurrency) if targets else {}
+    )
+    snapshot = Snapshot(
+        now=now,
+        knobs=knobs,
+        specs=tuple(
+            ModelSpec(
+                model_id=spec.model_id,
+                model_name=spec.model.name,
+                enabled=True,
+                target_replicas=spec.target_replicas,
+                serving_port=spec.serving_port,
+            )
+            for spec in spec_rows
+        ),
+        replicas=tuple(replicas),
+        jobs={},
+        jobs_listed_at=now,
+        probes={key: outcome.ready_port for key, outcome in outcomes.items()},
+        addresses=addresses,
+        endpoints=tuple(EndpointView(**e) for e in endpoint_rows),
+        endpoints_trusted=True,
+    )
+    rows_by_model: dict[uuid.UUID, list[Replica]] = defaultdict(list)
+    for row in Replica.objects.filter(model_id__in={r.model_id for r in replicas}):
+        rows_by_model[row.model_id].append(row)
+    return Observation(
+        snapshot=snapshot,
+        specs=specs,
+        fingerprints={model_id: fingerprint(rows) for model_id, rows in rows_by_model.items()},
+        probe_details={key: outcome.detail for key, outcome in outcomes.items()},
+        model_types={spec.model_id: spec.model.model_type for spec in spec_rows},
+    )
 
 
 def observe(
@@ -167,12 +288,35 @@ def observe(
             .exclude(end_state="rejected")
             .values_list("model_id", "nodes", "ended_at")
         )
+        lost_ids = [row.id for row in replica_rows if row.state == ReplicaState.LOST]
+        ends = {
+            launch_id: (end_state, exit_code)
+            for launch_id, end_state, exit_code in Launch.objects.filter(
+                pk__in=lost_ids
+            ).values_list("id", "end_state", "exit_code")
+        }
+        storm_since = now - dt.timedelta(seconds=max(knobs.storm_window_secs, 0))
+        serving_losses = (
+            tuple(
+                ServingLoss(model_id=model_id, ended_at=ended_at)
+                for model_id, ended_at in Launch.objects.filter(
+                    ended_at__gte=storm_since, healthy_at__isnull=False
+                )
+                .exclude(end_state__startswith="cancelled")
+                .exclude(end_state__in=("deleted", "rejected"))
+                .values_list("model_id", "ended_at")
+                if ended_at is not None
+            )
+            if knobs.storm_losses > 0
+            else ()
+        )
     except DatabaseError as exc:
         raise HoldPass(f"database read failed; holding: {exc}") from exc
 
     specs = {spec.model_id: spec for spec in spec_rows}
     model_types = {spec.model_id: spec.model.model_type for spec in spec_rows}
-    replicas = [replica_view(row) for row in replica_rows]
+    replicas = [replica_view(row, ends.get(row.id)) for row in replica_rows]
+    rows_by_id = {row.id: row for row in replica_rows}
     serving_ports = {row.id: row.port for row in replica_rows if row.port}
 
     hold = mass_vanish(replicas, jobs, listed_at)
@@ -202,6 +346,7 @@ def observe(
                     and now - refused_at < backoff
                     and spec.updated_at <= refused_at
                 ),
+                guard=GuardState(breaker=spec.breaker_message, storm=spec.storm_message),
             )
         )
     known = {s.model_id for s in model_specs}
@@ -242,19 +387,17 @@ def observe(
         if not job.nodes:
             log.warning("job %s is RUNNING but slurmrestd returned no nodes", job.job_id)
             continue
-        spec = specs[replica.model_id]
-        # A serving replica is checked on the port it was registered with (one connection, not
-        # the whole window): if its server is not there any more, its endpoint is wrong anyway.
         registered = (
             serving_ports.get(replica.id) if replica.state is ReplicaState.HEALTHY else None
         )
         targets.append(
-            ProbeTarget(
-                key=replica.id,
-                host=addresses[job.nodes[0]],
-                port_base=registered or replica.port_base or spec.serving_port,
-                port_span=1 if registered else knobs.port_span,
-                health_path=spec.health_path,
+            _probe_target(
+                replica,
+                addresses[job.nodes[0]],
+                specs[replica.model_id],
+                knobs,
+                registered,
+                probe_identity(rows_by_id[replica.id], specs[replica.model_id]),
             )
         )
     outcomes: dict[uuid.UUID, ProbeOutcome] = (
@@ -311,6 +454,7 @@ def observe(
         endpoints_trusted=True,
         failed_placements=failed,
         candidate_nodes=candidates,
+        serving_losses=serving_losses,
     )
     return Observation(
         snapshot=snapshot,

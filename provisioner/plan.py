@@ -7,7 +7,8 @@ Output order. Models are planned one at a time: enabled specs in ``snapshot.spec
 the drain groups (models with replicas or provisioner-made endpoints but no enabled spec) in order
 of first appearance. Each model's actions come in this order::
 
-    DeleteEndpoint, Cancel, MarkLost, DeleteReplica, Adopt, Promote, UpdateMessage, Submit
+    DeleteEndpoint, Cancel, MarkLost, DeleteReplica, Adopt, Promote, UpdateMessage, SetGuard,
+    Submit
 
 so that routing stops before jobs are touched, ended jobs are recorded before their replacements
 are submitted, and submits (the slowest and most likely to fail) come last. ``CancelOrphan``
@@ -16,8 +17,13 @@ replicas sorted by ``(created_at, id)``.
 
 Replica rules per model (reference section 2.4, plus crash safety and repairs):
 
-* ``lost``: ``DeleteReplica`` once older than ``lost_retention_secs``; never alive. The ones kept
-  count toward the failed-launch breaker.
+* ``lost``: ``DeleteReplica`` once older than ``lost_retention_secs``; never alive. The kept ones
+  that were failed launches (``is_failed_launch``) count toward the failed-launch breaker; churn
+  (a replica that served, then was preempted, requeued, cancelled by someone else or reached its
+  time limit) is replaced at once and never counted.
+* Replacement storm: more than ``storm_losses`` losses of serving replicas of one model within
+  ``storm_window_secs`` slow its new submits down (``storm_backoff_secs`` since its latest submit)
+  and raise an alert (``SetGuard``); they never stop.
 * ``draining``: ``DeleteReplica`` when its job is absent or ended; otherwise wait.
 * ``job_id == ""`` (row written, submit answer lost or never sent): a job carrying the row's
   ``job_name`` in the listing is adopted; otherwise, if the submit was never sent or was sent
@@ -41,6 +47,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
+from obleth.core.ports import window_bases
 from provisioner.domain import (
     Action,
     Adopt,
@@ -57,13 +64,19 @@ from provisioner.domain import (
     Promote,
     ReplicaState,
     ReplicaView,
+    SetGuard,
     Snapshot,
     Submit,
     UpdateMessage,
 )
 
 __all__ = [
+    "FAILURE_STATES",
     "HEALTHY_MESSAGE",
+    "RESUME_HINT",
+    "breaker_message",
+    "is_failed_launch",
+    "storm_backoff_secs",
     "endpoint_name_for",
     "job_name_for",
     "lost_message",
@@ -71,6 +84,7 @@ __all__ = [
     "new_replica_id",
     "next_free_window",
     "plan",
+    "promotions_while_held",
     "status_message",
 ]
 
@@ -86,6 +100,32 @@ CANCEL_MESSAGES: dict[CancelReason, str] = {
     CancelReason.DRAIN: "draining: the model is no longer provisioned",
 }
 
+# Slurm end states that are a failed launch even after the replica served.
+FAILURE_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL"})
+# End states that are churn for a replica that served, whatever the exit code (signals).
+CHURN_STATES = frozenset(
+    {
+        "PREEMPTED",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SUSPENDED",
+        "CANCELLED",
+        "TIMEOUT",
+        "DEADLINE",
+        "GONE",
+        "",
+    }
+)
+RESUME_HINT = (
+    'Fix the cause (the job logs say why), then press "Try once more" on the model\'s page '
+    '(or POST /api/v1/models/<id>/replicas/clear-lost/), or raise "Stop after failed '
+    'launches" (0 never stops).'
+)
+_STORM_BACKOFF_BASE_SECS = 15
+_STORM_BACKOFF_MAX_SECS = 300
+
 # Namespace of the replica ids the planner chooses (uuid5 of model id, pass time and index).
 _REPLICA_NAMESPACE = uuid.UUID("6f1c2d3e-8b4a-5c6d-9e0f-0b1e7a2c4d5f")
 _JOB_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -94,21 +134,33 @@ _JOB_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 # ------------------------------------------------------------------------------ pure helpers
 
 
-def next_free_window(serving_port: int, span: int, taken: Iterable[int]) -> int:
-    """Base of the first port window ``serving_port + i*span`` (smallest i >= 0) that overlaps
-    no window starting at a base in ``taken``. ``span`` is floored at 1.
+def next_free_window(
+    serving_port: int, span: int, taken: Iterable[int], replicas: int
+) -> int | None:
+    """Base of the first of the model's windows ``serving_port + i*span`` (``0 <= i <
+    replicas``, inside 1..65535) that overlaps no window starting at a base in ``taken``; None
+    when every one is taken (the replacement waits: a window never lies above the model's range,
+    where another user's server may listen). ``span`` is floored at 1.
 
     With one model every base is aligned, so this is the smallest base not in ``taken``; the
     overlap test also keeps models with different serving ports apart on a shared node.
     """
     span = max(span, 1)
     bases = sorted(set(taken))
-    i = 0
-    while True:
-        base = serving_port + i * span
+    for base in window_bases(serving_port, replicas, span):
         if all(base + span <= t or t + span <= base for t in bases):
             return base
-        i += 1
+    return None
+
+
+def window_wait_message(serving_port: int, span: int, replicas: int) -> str:
+    """The row message of a replica waiting for a free window of its model's range."""
+    span = max(span, 1)
+    last = serving_port + max(replicas, 1) * span - 1
+    return (
+        f"waiting for a free port window in {serving_port}-{min(last, 65535)} "
+        f"({replicas} window(s) of {span}); every one is still in use"
+    )
 
 
 def job_name_for(prefix: str, model_name: str, replica_id: uuid.UUID) -> str:
@@ -150,6 +202,40 @@ def status_message(job: JobInfo) -> str:
     state_text = job.state.strip() or job.phase.value.upper()
     why = _clean_reason(job.reason)
     return f"{state_text} \u2014 {why}" if why else state_text
+
+
+def is_failed_launch(end_state: str, served: bool, exit_code: int | None = None) -> bool:
+    """Whether a replica's end counts toward "Stop after failed launches".
+
+    A job that ended before its replica ever served is a failed launch, whatever the end. After
+    serving, only FAILED, OUT_OF_MEMORY, NODE_FAIL, BOOT_FAIL, or a non-zero exit in a state
+    that is not preemption, cancellation or a time limit, is one. The rest is churn.
+    """
+    if not served:
+        return True
+    words = (end_state or "").strip().upper().split()
+    state = words[0] if words else ""
+    if state in FAILURE_STATES:
+        return True
+    if state in CHURN_STATES:
+        return False
+    return bool(exit_code)  # COMPLETED (exit 0) is churn; an unknown state with an error is not
+
+
+def storm_backoff_secs(excess: int) -> int:
+    """Seconds between a storming model's submits: 15 s for the first loss past the limit,
+    doubling with each further loss, at most 300 s."""
+    steps = max(excess - 1, 0)
+    return min(_STORM_BACKOFF_BASE_SECS * 2 ** min(steps, 10), _STORM_BACKOFF_MAX_SECS)
+
+
+def breaker_message(failures: int, limit: int, last: str) -> str:
+    """The sentence the model's page, the API, the alert and the gateway's 503 show."""
+    tail = f" (last: {last})" if last else ""
+    return (
+        f"Stopped launching replicas after {failures} failed launches "
+        f"(Stop after failed launches = {limit}){tail}. {RESUME_HINT}"
+    )
 
 
 def mass_vanish(
@@ -249,6 +335,7 @@ class _Group:
     promotes: dict[uuid.UUID, Promote] = dataclasses.field(default_factory=dict)
     updates: dict[uuid.UUID, _Update] = dataclasses.field(default_factory=dict)
     submits: list[Submit] = dataclasses.field(default_factory=list)
+    guard: SetGuard | None = None
 
     def actions(self) -> list[Action]:
         out: list[Action] = []
@@ -271,6 +358,8 @@ class _Group:
                     state=u.state,
                 )
             )
+        if self.guard is not None:
+            out.append(self.guard)
         out.extend(self.submits)
         return out
 
@@ -297,12 +386,20 @@ class _Pass:
         self.ended: set[uuid.UUID] = set()  # cancelled, marked lost or deleted this pass
         self.carried_endpoints: set[uuid.UUID] = set()  # deleted by a Cancel/MarkLost
         self.reused_endpoints: set[uuid.UUID] = set()  # kept by a Promote
-        # A draining row keeps its window until its row is gone: its server may still be
-        # shutting down on that port (KillWait), and a new replica there would be probed into it.
+        # Windows are bounded (next_free_window), so a replacement may share the window of the
+        # replica it replaces while that one's server is still shutting down (KillWait): the
+        # new server takes the next free port of the window and the probe tells the two apart
+        # by the replica key. With a one-port span there is no room: a draining row's window
+        # stays taken until its row is gone.
+        free_states = (
+            (ReplicaState.LOST, ReplicaState.DRAINING)
+            if snapshot.knobs.port_span > 1
+            else (ReplicaState.LOST,)
+        )
         self.taken_windows: list[int] = [
             r.port_base
             for r in snapshot.replicas
-            if r.port_base is not None and r.state is not ReplicaState.LOST
+            if r.port_base is not None and r.state not in free_states
         ]
 
     # endpoint helpers ---------------------------------------------------------------------
@@ -351,6 +448,37 @@ def plan(snapshot: Snapshot) -> list[Action]:
     return actions
 
 
+def promotions_while_held(snapshot: Snapshot) -> list[Promote]:
+    """The only actions of a pass whose job listing failed (slurmrestd down or erroring): promote
+    replicas already seen running on a known node (state ``starting``, nodes recorded) whose
+    server now answers the probe. Nothing else: no loss, submit, cancel or endpoint removal is
+    decided without the listing. ``snapshot.jobs`` is not read (it is empty).
+
+    A replica whose job started just before an outage would otherwise wait for slurmrestd to come
+    back (up to the outage's length) although it serves. If its job ended meanwhile, the first pass
+    with a listing marks it lost and removes the endpoint, as for any loss.
+    """
+    ps = _Pass(snapshot)
+    enabled = {spec.model_id: spec for spec in snapshot.specs if spec.enabled}
+    out: list[Promote] = []
+    for r in sorted(snapshot.replicas, key=lambda r: (r.created_at, r.id.hex)):
+        spec = enabled.get(r.model_id)
+        port = snapshot.probes.get(r.id)
+        if (
+            spec is None
+            or r.state is not ReplicaState.STARTING
+            or not r.job_id
+            or not r.nodes
+            or r.cancel_requested
+            or not isinstance(port, int)
+        ):
+            continue
+        group = _Group(r.model_id, spec)
+        _promote(ps, group, spec, r, r.nodes[0], port)
+        out.extend(group.promotes.values())
+    return out
+
+
 def _groups(snapshot: Snapshot) -> dict[uuid.UUID, _Group]:
     groups: dict[uuid.UUID, _Group] = {}
     for spec in snapshot.specs:
@@ -373,6 +501,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
     spec = g.spec
     alive: list[_Alive] = []
     kept_lost = 0
+    last_failure = ""
     failed_nodes: list[str] = []
     restart_budget = 1
 
@@ -383,8 +512,9 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                     DeleteReplica(r.model_id, r.id, why="lost replica past its retention")
                 )
                 ps.ended.add(r.id)
-            else:
+            elif is_failed_launch(r.end_state, r.served, r.exit_code):
                 kept_lost += 1
+                last_failure = r.last_message
             ps.effective_job_id[r.id] = r.job_id
             ps.effective_job[r.id] = s.jobs.get(r.job_id) if r.job_id else None
             continue
@@ -400,6 +530,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             if job is None or job.phase is JobPhase.GONE:
                 g.delete_replicas.append(DeleteReplica(r.model_id, r.id, why="drained: job ended"))
                 ps.ended.add(r.id)
+                _release_window(ps, r)
             continue
 
         if not job_id:
@@ -422,6 +553,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                         )
                     )
                     ps.ended.add(r.id)
+                    _release_window(ps, r)  # no job ever ran in it
                 else:
                     alive.append(_Alive(r, _RANK_UNSUBMITTED, _Kind.RESUBMIT))
                 continue
@@ -492,10 +624,16 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             _annotate(g, r, message, job.nodes)
         alive.append(_Alive(r, rank, _Kind.JOB, job_id, endpoint_id))
 
-    # ---- counts: breaker, scale up, scale down
+    # ---- counts: breaker, storm, scale up, scale down
     target = max(spec.target_replicas, 0) if spec is not None else 0
-    failures = kept_lost + len(g.mark_losts)
+    failed_now = [m for m in g.mark_losts if m.failed_launch]
+    failures = kept_lost + len(failed_now)
+    if failed_now:
+        last_failure = failed_now[-1].message
     breaker = spec is not None and spec.max_job_failures > 0 and failures >= spec.max_job_failures
+    storm_hold = False
+    if spec is not None:
+        storm_hold = _plan_guard(ps, g, spec, breaker, failures, last_failure)
 
     surplus = len(alive) - target
     if surplus > 0:
@@ -507,6 +645,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                 why = "scaled down before its job was submitted"
                 g.delete_replicas.append(DeleteReplica(r.model_id, r.id, why=why))
                 ps.ended.add(r.id)
+                _release_window(ps, r)
             elif a.kind is _Kind.JOB:
                 _cancel(ps, g, r, a.job_id, reason, a.endpoint_id)
             # _Kind.UNLISTED: its job id is not known yet; the next pass cancels it.
@@ -529,7 +668,13 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             continue
         port_base = r.port_base
         if port_base is None:
-            port_base = next_free_window(spec.serving_port, k.port_span, ps.taken_windows)
+            port_base = next_free_window(
+                spec.serving_port, k.port_span, ps.taken_windows, spec.target_replicas
+            )
+            if port_base is None:
+                wait = window_wait_message(spec.serving_port, k.port_span, spec.target_replicas)
+                _annotate(g, r, wait, ())
+                continue
             ps.taken_windows.append(port_base)
         g.submits.append(
             Submit(
@@ -543,11 +688,15 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
         )
 
     missing = target - len(alive)
-    if missing > 0 and not breaker and not spec.hold_submits:
+    if missing > 0 and not breaker and not spec.hold_submits and not storm_hold:
         excluded = _excluded_nodes(ps, spec, failed_nodes)
         for index in range(missing):
             replica_id = new_replica_id(spec.model_id, s.now, index)
-            port_base = next_free_window(spec.serving_port, k.port_span, ps.taken_windows)
+            port_base = next_free_window(
+                spec.serving_port, k.port_span, ps.taken_windows, spec.target_replicas
+            )
+            if port_base is None:
+                break  # every window of the model's range is in use: wait for one to free
             ps.taken_windows.append(port_base)
             g.submits.append(
                 Submit(
@@ -558,6 +707,43 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                     excluded_nodes=excluded,
                 )
             )
+
+
+def _plan_guard(
+    ps: _Pass, g: _Group, spec: ModelSpec, breaker: bool, failures: int, last_failure: str
+) -> bool:
+    """Decide the model's breaker and storm sentences (``SetGuard`` when they change) and
+    whether the storm guard holds new submits this pass."""
+    s, k = ps.s, ps.k
+    breaker_text = breaker_message(failures, spec.max_job_failures, last_failure) if breaker else ""
+    storm_text = ""
+    hold = False
+    if k.storm_losses > 0:
+        since = s.now - dt.timedelta(seconds=max(k.storm_window_secs, 0))
+        losses = sum(
+            1 for x in s.serving_losses if x.model_id == spec.model_id and x.ended_at >= since
+        )
+        losses += sum(1 for m in g.mark_losts if m.served)
+        if losses > k.storm_losses:
+            backoff = storm_backoff_secs(losses - k.storm_losses)
+            minutes = max(k.storm_window_secs // 60, 1)
+            storm_text = (
+                f"Replacement storm: {losses} serving replicas lost in the last {minutes} min "
+                f"(more than {k.storm_losses}); replacements are slowed to one submit every "
+                f"{backoff} s, never stopped. Check the partition's preemption and the nodes."
+            )
+            submits = [r.submitted_at for r in g.replicas if r.submitted_at is not None]
+            latest = max(submits) if submits else None
+            hold = latest is not None and _age_secs(s.now, latest) < backoff
+    if (breaker_text, storm_text) != (spec.guard.breaker, spec.guard.storm):
+        g.guard = SetGuard(
+            model_id=spec.model_id,
+            breaker=breaker_text,
+            storm=storm_text,
+            tripped=bool(breaker_text) and not spec.guard.breaker,
+            storm_started=bool(storm_text) and not spec.guard.storm,
+        )
+    return hold
 
 
 def _annotate(g: _Group, r: ReplicaView, message: str, nodes: tuple[str, ...]) -> None:
@@ -578,18 +764,35 @@ def _mark_lost(
 ) -> None:
     state = job.state.strip() if job is not None else ""
     reason = _clean_reason(job.reason) if job is not None else ""
+    exit_code = job.exit_code if job is not None else None
+    served = r.served or r.state is ReplicaState.HEALTHY
+    failed = is_failed_launch(state or "gone", served, exit_code)
+    message = lost_message(state, reason)
+    if not failed:
+        message += " \u2014 churn after serving: replaced, not counted as a failed launch"
     g.mark_losts.append(
         MarkLost(
             model_id=r.model_id,
             replica_id=r.id,
-            message=lost_message(state, reason),
+            message=message,
             endpoint_id=endpoint_id,
             end_state=state or "gone",
             end_reason=reason if state else "",
             nodes=(job.nodes if job is not None and job.nodes else r.nodes),
+            exit_code=exit_code,
+            failed_launch=failed,
+            served=served,
         )
     )
+    _release_window(ps, r)
     _ended(ps, g, r.id, endpoint_id)
+
+
+def _release_window(ps: _Pass, r: ReplicaView) -> None:
+    """Its job has ended: nothing of it listens any more, so its window is free for a
+    replacement in this same pass (windows are bounded: see ``next_free_window``)."""
+    if r.port_base is not None and r.port_base in ps.taken_windows:
+        ps.taken_windows.remove(r.port_base)
 
 
 def _cancel(
@@ -611,6 +814,8 @@ def _cancel(
             endpoint_id=endpoint_id,
         )
     )
+    if ps.k.port_span > 1:  # see _Pass: a draining row's window can be shared
+        _release_window(ps, r)
     _ended(ps, g, r.id, endpoint_id)
 
 

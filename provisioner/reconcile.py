@@ -21,12 +21,20 @@ from django.conf import settings
 from django.utils import timezone
 
 from obleth.core.models import Replica, SlurmSettings
+from obleth.logging import bound, new_pass_id, pass_id
 from provisioner import lease, status
 from provisioner.codec import decode_action, encode_action
 from provisioner.domain import Action, CancelOrphan
 from provisioner.execute import ActionResult, Executor, WarmupDispatch
-from provisioner.observe import HoldPass, fingerprint, knobs_from_settings, observe
-from provisioner.plan import plan
+from provisioner.observe import (
+    HoldPass,
+    ListingFailed,
+    fingerprint,
+    knobs_from_settings,
+    observe,
+    observe_held,
+)
+from provisioner.plan import plan, promotions_while_held
 from provisioner.resolve import get_resolver
 from provisioner.slurm.client import SlurmClient
 
@@ -124,6 +132,58 @@ def default_warmup_dispatch(mode: str | None = None) -> WarmupDispatch | None:
     return dispatch
 
 
+# Action class -> the verb of the pass's summary line, in the line's order.
+_VERBS = {
+    "Submit": "submitted",
+    "Adopt": "adopted",
+    "Promote": "promoted",
+    "MarkLost": "lost",
+    "Cancel": "cancelled",
+    "CancelOrphan": "orphans cancelled",
+    "DeleteEndpoint": "endpoints removed",
+    "DeleteReplica": "rows removed",
+    "SetGuard": "guard changes",
+}
+_NO_OP_DETAILS = ("row already has a job", "nothing to update")
+
+
+def summarize(results: list[ActionResult]) -> str:
+    """``submitted 1, promoted 1, lost 2 (1 churn), 1 failed`` for what changed; "" if nothing
+    did (annotations of replica messages alone are not a change worth an INFO line)."""
+    counts: dict[str, int] = defaultdict(int)
+    churn = failed = 0
+    for r in results:
+        if not r.ok:
+            failed += 1
+            continue
+        verb = _VERBS.get(r.action)
+        if verb is None or r.detail.startswith(_NO_OP_DETAILS):
+            continue
+        counts[verb] += 1
+        if r.action == "MarkLost" and "churn" in r.detail:
+            churn += 1
+    parts = []
+    for verb in _VERBS.values():
+        if counts.get(verb):
+            text = f"{verb} {counts[verb]}"
+            if verb == "lost" and churn:
+                text += f" ({churn} churn)"
+            parts.append(text)
+    if failed:
+        parts.append(f"{failed} failed")
+    return ", ".join(parts)
+
+
+def log_outcome(what: str, results: list[ActionResult], duration_ms: int | None = None) -> None:
+    """One INFO line when something changed, DEBUG otherwise."""
+    summary = summarize(results)
+    took = f" in {duration_ms} ms" if duration_ms is not None else ""
+    if summary:
+        log.info("%s%s: %s", what, took, summary)
+    else:
+        log.debug("%s%s: nothing changed (%d action(s))", what, took, len(results))
+
+
 def run_pass(
     *,
     dry_run: bool = False,
@@ -132,13 +192,40 @@ def run_pass(
     client_factory: Callable[[SlurmSettings], SlurmClient] = slurm_client_for,
     fast: bool = False,
 ) -> PassReport:
-    """Run one pass. ``dispatch`` is "inline" (execute here) or "celery" (one task per model).
+    """Run one pass; every line it logs carries its pass id. ``dispatch`` is "inline" (execute
+    here) or "celery" (one task per model).
 
     A fast pass (``fast=True``) is the same pass without probing replicas that already serve:
     one job listing and a few queries, cheap enough to run every second so that ended jobs are
     replaced and ready replicas promoted within about a second. Full passes, on the normal
     interval, also probe serving replicas (zombie detection).
     """
+    with bound(pass_id, new_pass_id()):
+        report = _run_pass(
+            dry_run=dry_run,
+            dispatch=dispatch,
+            warmup=warmup,
+            client_factory=client_factory,
+            fast=fast,
+        )
+        kind = "fast pass" if fast else "pass"
+        if report.status == "ok" and not dry_run:
+            log_outcome(kind, report.results, report.duration_ms)
+            if report.dispatched_models:
+                log.debug("%s: %d model task(s) dispatched", kind, report.dispatched_models)
+        elif report.results and not dry_run:  # a held pass that still promoted
+            log_outcome(f"held {kind}", report.results, report.duration_ms)
+        return report
+
+
+def _run_pass(
+    *,
+    dry_run: bool,
+    dispatch: str | None,
+    warmup: WarmupDispatch | None | bool,
+    client_factory: Callable[[SlurmSettings], SlurmClient],
+    fast: bool,
+) -> PassReport:
     started = time.monotonic()
     dispatch = dispatch or settings.OBLETH_PROVISIONER_DISPATCH
     warmup_dispatch = default_warmup_dispatch(dispatch) if warmup is True else (warmup or None)
@@ -210,17 +297,22 @@ def _pass(
     knobs = knobs_from_settings()
     now = timezone.now()
     busy = {uuid.UUID(name.removeprefix(MODEL_LEASE)) for name in lease.held_names(MODEL_LEASE)}
-    observation = observe(
-        client=client,
-        slurm=slurm,
-        knobs=knobs,
-        now=now,
-        resolver=get_resolver(),
-        health_timeout=float(settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS),
-        probe_concurrency=settings.OBLETH_PROVISIONER_PROBE_CONCURRENCY,
-        probe_healthy=not fast,
-        submit_backoff_secs=float(settings.OBLETH_PROVISIONER_INTERVAL_SECS),
-    )
+    try:
+        observation = observe(
+            client=client,
+            slurm=slurm,
+            knobs=knobs,
+            now=now,
+            resolver=get_resolver(),
+            health_timeout=float(settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS),
+            probe_concurrency=settings.OBLETH_PROVISIONER_PROBE_CONCURRENCY,
+            probe_healthy=not fast,
+            submit_backoff_secs=float(settings.OBLETH_PROVISIONER_INTERVAL_SECS),
+        )
+    except ListingFailed as exc:
+        if dry_run:
+            raise
+        return _held_pass(exc, client, slurm, knobs, now, busy, warmup, pass_lease)
     actions = plan(observation.snapshot)
     report = PassReport(status="ok", planned=[encode_action(a) for a in actions])
     if dry_run:
@@ -258,6 +350,7 @@ def _pass(
                 [encode_action(a) for a in model_actions],
                 observation.fingerprints.get(model_id, EMPTY_FINGERPRINT),
                 now.isoformat(),
+                pass_id=pass_id.get(),
             )
             report.dispatched_models += 1
         else:
@@ -279,6 +372,61 @@ def _pass(
     if skipped:
         parts.append(f"{skipped} model(s) busy, left for the next pass")
     report.detail = ", ".join(parts)
+    return report
+
+
+def _held_pass(
+    exc: ListingFailed,
+    client: SlurmClient,
+    slurm: SlurmSettings,
+    knobs: Any,
+    now: Any,
+    busy: set[uuid.UUID],
+    warmup: WarmupDispatch | None,
+    pass_lease: tuple[str, str] | None,
+) -> PassReport:
+    """The job listing failed: hold (nothing destructive), but promote replicas already seen
+    running whose server answers, so a replacement that started just before a slurmrestd outage
+    serves now rather than when slurmrestd is back."""
+    log.warning("pass held, nothing destructive done: %s", exc)
+    report = PassReport(status="error", detail=str(exc))
+    try:
+        observation = observe_held(
+            slurm=slurm,
+            knobs=knobs,
+            now=now,
+            resolver=get_resolver(),
+            health_timeout=float(settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS),
+            probe_concurrency=settings.OBLETH_PROVISIONER_PROBE_CONCURRENCY,
+        )
+    except HoldPass as held:
+        log.warning("no promotions while held: %s", held)
+        return report
+    actions = promotions_while_held(observation.snapshot)
+    if not actions:
+        return report
+    executor = Executor(
+        client=client,
+        slurm=slurm,
+        knobs=knobs,
+        specs=observation.specs,
+        model_types=observation.model_types,
+        warmup=warmup,
+        leases=[pass_lease] if pass_lease else [],
+        lease_ttl=float(settings.OBLETH_PROVISIONER_LOCK_TTL_SECS),
+    )
+    by_model: dict[uuid.UUID, list[Action]] = defaultdict(list)
+    for promote in actions:
+        by_model[promote.model_id].append(promote)
+    for model_id, model_actions in by_model.items():
+        if model_id in busy:
+            continue
+        expected = observation.fingerprints.get(model_id, EMPTY_FINGERPRINT)
+        report.results += execute_model(model_id, model_actions, expected, executor)
+    report.planned = [encode_action(a) for a in actions]
+    promoted = sum(1 for r in report.results if r.ok and r.action == "Promote")
+    if promoted:
+        report.detail += f"; meanwhile promoted {promoted} replica(s) already seen running"
     return report
 
 
@@ -309,9 +457,25 @@ def execute_model(
 
 
 def run_model_task(
+    model_id: str,
+    payload: list[dict[str, Any]],
+    expected: str,
+    planned_at: str,
+    planned_by: str = "",
+) -> dict[str, Any]:
+    """Body of the per-model Celery task (kept here so the task stays thin). Its lines carry the
+    id of the pass that planned it."""
+    with bound(pass_id, planned_by or new_pass_id()):
+        outcome = _run_model_task(model_id, payload, expected, planned_at)
+        results = [ActionResult(**r) for r in outcome.get("results", [])]
+        if results:
+            log_outcome(f"model {outcome.get('model_name') or model_id}", results)
+        return outcome
+
+
+def _run_model_task(
     model_id: str, payload: list[dict[str, Any]], expected: str, planned_at: str
 ) -> dict[str, Any]:
-    """Body of the per-model Celery task (kept here so the task stays thin)."""
     import datetime as dt
 
     age = (timezone.now() - dt.datetime.fromisoformat(planned_at)).total_seconds()
@@ -339,4 +503,9 @@ def run_model_task(
         results = execute_model(mid, [decode_action(a) for a in payload], expected, executor)
     finally:
         client.close()
-    return {"model_id": model_id, "results": [dataclasses.asdict(r) for r in results]}
+    name = specs[mid].model.name if mid in specs else ""
+    return {
+        "model_id": model_id,
+        "model_name": name,
+        "results": [dataclasses.asdict(r) for r in results],
+    }

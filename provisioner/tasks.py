@@ -25,11 +25,15 @@ def reconcile_fast_pass() -> dict[str, Any]:
 
 @shared_task(name="provisioner.tasks.reconcile_model", ignore_result=True, soft_time_limit=300)
 def reconcile_model(
-    model_id: str, actions: list[dict[str, Any]], fingerprint: str, planned_at: str
+    model_id: str,
+    actions: list[dict[str, Any]],
+    fingerprint: str,
+    planned_at: str,
+    pass_id: str = "",
 ) -> dict[str, Any]:
     from provisioner.reconcile import run_model_task
 
-    return run_model_task(model_id, actions, fingerprint, planned_at)
+    return run_model_task(model_id, actions, fingerprint, planned_at, pass_id)
 
 
 @shared_task(name="provisioner.tasks.warmup_replica", ignore_result=True)

@@ -1,9 +1,9 @@
 """The gateway's routing table: enabled models and their enabled endpoints, cached briefly.
 
-One refresh costs two queries and serves every request for the next half second, so a request
-costs no query at all. Endpoints added or removed (by an operator or the provisioner) are routable
-within OBLETH_GATEWAY_ROUTE_CACHE_MS (default 500 ms) in every web process; the process that
-made the change drops its table at once.
+One refresh costs three queries (endpoints, models, tripped failed-launch breakers) and serves
+every request for the next half second, so a request costs no query at all. Endpoints added or
+removed (by an operator or the provisioner) are routable within OBLETH_GATEWAY_ROUTE_CACHE_MS
+(default 500 ms) in every web process; the process that made the change drops its table at once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from obleth.core.choices import HealthStatus
-from obleth.core.models import Endpoint, Model
+from obleth.core.models import Endpoint, ManagedSpec, Model
 
 DEFAULT_CACHE_SECS = 0.5
 
@@ -48,6 +48,8 @@ class RouteModel:
     model_type: str
     created: int
     endpoints: tuple[RouteEndpoint, ...]
+    # Why the provisioner stopped launching this model's replicas ("" = it did not)
+    stopped: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ def _cache_secs() -> float:
 
 
 def build_route_table() -> RouteTable:
-    """Read the routing table from the database (two queries)."""
+    """Read the routing table from the database (three queries)."""
     endpoints: dict[str, list[RouteEndpoint]] = {}
     rows = Endpoint.objects.filter(enabled=True, model__enabled=True).only(
         "id", "model_id", "api_base", "api_key", "priority", "weight", "health_status"
@@ -88,6 +90,9 @@ def build_route_table() -> RouteTable:
                 health_status=ep.health_status,
             )
         )
+    stopped = dict(
+        ManagedSpec.objects.exclude(breaker_message="").values_list("model_id", "breaker_message")
+    )
     models: dict[str, RouteModel] = {}
     for m in Model.objects.filter(enabled=True).only(
         "id", "name", "upstream_model", "model_type", "created_at"
@@ -99,6 +104,7 @@ def build_route_table() -> RouteTable:
             model_type=m.model_type,
             created=int(m.created_at.timestamp()) if m.created_at else 0,
             endpoints=tuple(endpoints.get(str(m.id), ())),
+            stopped=stopped.get(m.id, ""),
         )
     return RouteTable(models=models, built_at=time.monotonic())
 
