@@ -49,7 +49,7 @@ from _common import (  # noqa: E402
 
 # Both proxies authenticate every request, as in production: obleth with a gateway key, LiteLLM
 # with its master key.
-OBLETH_KEY = "obk_bench0000000000000000000000000000000000000000"
+OBLETH_KEY = "obk_" + "bench" + "0" * 38  # the shape of a real key: obk_ + 43 characters
 LITELLM_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
 LITELLM_VERSION = "1.106.12"  # the newest whose [proxy] extra installs from PyPI alone
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
