@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 import urllib.parse
 import uuid
@@ -53,7 +54,6 @@ from obleth.gateway.proxy import (
     no_replica_response,
     openai_error,
     rewrite_json_body,
-    rewrite_sse_line,
     scrub_upstream_address,
 )
 from obleth.gateway.routing import RouteEndpoint, RouteModel, RouteTable
@@ -785,35 +785,33 @@ class GatewayService:
                     _count_usage(model, json.loads(line[5:]))
 
 
+_MODEL_FIELD = re.compile(rb'("model"\s*:\s*)"(?:[^"\\]|\\.)*"')
+
+
 class _StreamRenamer:
-    """Sets "model" of each event back to the client's name, passing bytes through untouched
-    when nothing needs renaming (the common case costs a substring search per chunk)."""
+    """Sets "model" of each event back to the client's name, at C speed: a regular expression
+    over whole lines replaces the value of every ``"model":`` key (an escaped ``\\"model\\"``
+    inside generated text does not match), so no event is parsed as JSON. Bytes pass through
+    untouched when no line names a model; a line split across chunks waits for its end."""
 
     def __init__(self, client_name: str) -> None:
-        self.client_name = client_name
-        quoted = json.dumps(client_name).encode()
-        self._already = (b'"model":' + quoted, b'"model": ' + quoted)
+        self._replacement = rb"\1" + json.dumps(client_name).encode().replace(b"\\", b"\\\\")
         self._pending = b""
-
-    def _line_ok(self, line: bytes) -> bool:
-        return b'"model"' not in line or any(ok in line for ok in self._already)
 
     def feed(self, chunk: bytes) -> bytes:
         data = self._pending + chunk if self._pending else chunk
-        if b'"model"' not in data and not self._pending:
-            return chunk
+        if b'"model"' not in data:
+            self._pending = b""
+            return data
         complete, newline, self._pending = data.rpartition(b"\n")
         if not newline:
             self._pending = data
             return b""
-        lines = complete.split(b"\n")
-        if all(self._line_ok(line) for line in lines):
-            return complete + b"\n"
-        return b"\n".join(rewrite_sse_line(x, self.client_name) for x in lines) + b"\n"
+        return _MODEL_FIELD.sub(self._replacement, complete) + b"\n"
 
     def flush(self) -> bytes:
         rest, self._pending = self._pending, b""
-        return rewrite_sse_line(rest, self.client_name) if rest else b""
+        return _MODEL_FIELD.sub(self._replacement, rest) if rest else b""
 
 
 def _too_large(limit: int) -> HttpResponse:
