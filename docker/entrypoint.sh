@@ -3,6 +3,8 @@
 #
 #   web          gunicorn, WSGI with threads (the /v1 gateway streams responses through;
 #                Django's ASGI handler would buffer them)
+#   gateway      the /v1 data plane (python -m obleth.gateway.serve: uvicorn, one event loop per
+#                worker process; OBLETH_GATEWAY_BIND, OBLETH_GATEWAY_WORKERS). Scale it on its own.
 #   worker       celery worker (one task per model in a pass, replica warm-ups, endpoint checks)
 #   beat         celery beat: schedules the provisioner pass and the endpoint checks.
 #                Run exactly ONE per site.
@@ -11,7 +13,8 @@
 #   migrate      manage.py migrate, then ensure_admin when OBLETH_ADMIN_PASSWORD is set.
 #                Run once before web starts, and on every upgrade.
 #   manage ARGS  manage.py ARGS (e.g. manage reconcile --dry-run)
-#   healthcheck  the image's HEALTHCHECK: web answers HTTP; other roles have no HTTP check
+#   healthcheck  the image's HEALTHCHECK: web and gateway answer /healthz; other roles have no
+#                HTTP check
 #   help         this text
 #
 # Arguments after the role go to the program and override the defaults below, e.g.
@@ -107,18 +110,22 @@ go_to_app() {
 healthcheck() {
     local role
     role="$(cat "$ROLE_FILE" 2>/dev/null || echo web)"
-    if [ "$role" != "web" ]; then
+    if [ "$role" != "web" ] && [ "$role" != "gateway" ]; then
         echo "healthcheck: role $role has no HTTP check (its process is alive)"
         return 0
     fi
-    # Any HTTP answer below 500 from the admin login page means gunicorn and Django serve.
-    python - <<'PY'
+    # Any HTTP answer below 500 from /healthz means the web process (or the gateway) serves.
+    OBLETH_CHECKED_ROLE="$role" python - <<'PY'
 import os
 import sys
 import urllib.error
 import urllib.request
 
-bind = os.environ.get("OBLETH_BIND", "0.0.0.0:8000")
+role = os.environ["OBLETH_CHECKED_ROLE"]
+if role == "gateway":
+    bind = os.environ.get("OBLETH_GATEWAY_BIND", "0.0.0.0:8001")
+else:
+    bind = os.environ.get("OBLETH_BIND", "0.0.0.0:8000")
 port = bind.rsplit(":", 1)[-1]
 if not port.isdigit():
     print(f"healthcheck: cannot check OBLETH_BIND={bind!r} (not HOST:PORT)")
@@ -134,9 +141,9 @@ try:
 except urllib.error.HTTPError as exc:
     status = exc.code
 except OSError as exc:
-    print(f"healthcheck: web does not answer on 127.0.0.1:{port}: {exc}")
+    print(f"healthcheck: {role} does not answer on 127.0.0.1:{port}: {exc}")
     sys.exit(1)
-print(f"healthcheck: web answered HTTP {status}")
+print(f"healthcheck: {role} answered HTTP {status}")
 sys.exit(0 if status < 500 else 1)
 PY
 }
@@ -145,7 +152,7 @@ role="${1:-}"
 [ $# -gt 0 ] && shift
 
 case "$role" in
-    web | worker | beat | loop | migrate | manage)
+    web | gateway | worker | beat | loop | migrate | manage)
         echo "$role" >"$ROLE_FILE" 2>/dev/null || true
         ;;
 esac
@@ -164,6 +171,14 @@ case "$role" in
             --timeout 0 \
             --no-control-socket \
             --access-logfile - \
+            "$@"
+        ;;
+    gateway)
+        require_settings gateway
+        go_to_app
+        run python -m obleth.gateway.serve \
+            --bind "${OBLETH_GATEWAY_BIND:-0.0.0.0:8001}" \
+            --workers "${OBLETH_GATEWAY_WORKERS:-1}" \
             "$@"
         ;;
     worker)

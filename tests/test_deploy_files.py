@@ -46,7 +46,7 @@ DOCS = ROOT / "docs" / "deploy.md"
 SETTINGS = ROOT / "obleth" / "settings.py"
 VENV_BIN = ROOT / ".venv" / "bin"
 
-ROLES = ("web", "worker", "beat", "loop", "migrate", "manage")
+ROLES = ("web", "gateway", "worker", "beat", "loop", "migrate", "manage")
 REQUIRED = {
     "OBLETH_SECRET_KEY": "test-secret",
     "OBLETH_ENCRYPTION_KEY": "test-encryption",
@@ -223,6 +223,29 @@ def test_entrypoint_web_takes_knobs_and_extra_arguments(tmp_path: Path) -> None:
     assert cmd[cmd.index("--threads") + 1] == "32"
     assert cmd[cmd.index("--bind") + 1] == "127.0.0.1:9000"
     assert cmd[-2:] == ["--graceful-timeout", "120"]
+
+
+def test_entrypoint_gateway_runs_the_gateway_service(tmp_path: Path) -> None:
+    env = {**REQUIRED, "OBLETH_GATEWAY_WORKERS": "3"}
+    [cmd] = dry_run_commands(run_entrypoint("gateway", "--x", env=env, tmp=tmp_path))
+    assert cmd[:3] == ["python", "-m", "obleth.gateway.serve"]
+    assert cmd[cmd.index("--bind") + 1] == "0.0.0.0:8001"
+    assert cmd[cmd.index("--workers") + 1] == "3"
+    assert cmd[-1] == "--x"
+    assert (tmp_path / "obleth-role").read_text().strip() == "gateway"
+
+
+def test_healthcheck_gateway_answers_on_its_own_port(
+    fake_web: tuple[int, type[_Handler]], tmp_path: Path
+) -> None:
+    port, handler = fake_web
+    (tmp_path / "obleth-role").write_text("gateway\n")
+    env = {"OBLETH_GATEWAY_BIND": f"0.0.0.0:{port}", "OBLETH_BIND": "0.0.0.0:1"}
+    proc = run_entrypoint("healthcheck", env=env, dry_run=False, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "gateway answered HTTP 200" in proc.stdout
+    handler.status = 500
+    assert run_entrypoint("healthcheck", env=env, dry_run=False, tmp=tmp_path).returncode == 1
 
 
 def test_entrypoint_worker_and_beat_run_celery(tmp_path: Path) -> None:
