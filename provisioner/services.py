@@ -10,6 +10,7 @@ from types import FrameType
 from typing import Any
 
 from django.conf import settings
+from django.db import close_old_connections
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,10 @@ def run_loop(
     while not stop.event.is_set():
         now = time.monotonic()
         full = now >= next_full or not fast_every
+        # A long-lived process: drop a database connection that died (PostgreSQL restarted or
+        # unreachable) or outlived CONN_MAX_AGE, as Django does around each request. Without
+        # it, every pass after an outage fails on "the connection is closed", forever.
+        close_old_connections()
         try:
             report = run_pass(dispatch="inline", fast=not full)
         except Exception:  # noqa: BLE001 - a database blip must not end the loop
