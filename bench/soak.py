@@ -326,19 +326,35 @@ def at_count(inst: Instance, models: list[str], target: int) -> dict[str, tuple[
     return off
 
 
-def breaker_models(models: list[str]) -> list[str]:
-    """Models the "Stop after failed launches" breaker stopped: it counts their lost rows and,
-    once at the limit, submits nothing (see provisioner/plan.py)."""
-    from obleth.core.models import ManagedSpec, Replica
+class BreakerWatch:
+    """Models the "Stop after failed launches" breaker stopped: at least max_job_failures lost
+    rows (what it counts, provisioner/plan.py) AND fewer live jobs than the target for longer
+    than ``patience`` seconds (a stopped model submits nothing; a replaced loss is back within
+    a pass). Counted, never hidden: under churn it is the failure issue 8 describes."""
 
-    stopped = []
-    for spec in ManagedSpec.objects.select_related("model").filter(model__name__in=models):
-        if spec.max_job_failures <= 0:
-            continue
-        lost = Replica.objects.filter(model_id=spec.model_id, state="lost").count()
-        if lost >= spec.max_job_failures:
-            stopped.append(spec.model.name)
-    return stopped
+    def __init__(self, inst: Instance, models: list[str], patience: float = 45.0) -> None:
+        self.inst = inst
+        self.models = models
+        self.patience = patience
+        self.short_since: dict[str, float] = {}
+        self.stopped: set[str] = set()
+
+    def check(self, jobs: dict[str, tuple[str, str]]) -> None:
+        from obleth.core.models import ManagedSpec, Replica
+
+        now = time.time()
+        for spec in ManagedSpec.objects.select_related("model").filter(model__name__in=self.models):
+            name = spec.model.name
+            rows = list(Replica.objects.filter(model_id=spec.model_id).values("state", "job_id"))
+            lost = sum(1 for r in rows if r["state"] == "lost")
+            live = sum(1 for r in rows if r["job_id"] in jobs)
+            tripped = 0 < spec.max_job_failures <= lost
+            if tripped and live < spec.target_replicas:
+                since = self.short_since.setdefault(name, now)
+                if now - since > self.patience:
+                    self.stopped.add(name)
+            else:
+                self.short_since.pop(name, None)
 
 
 def main() -> int:  # noqa: PLR0915 - one straight story, told in order
@@ -407,7 +423,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
         load.start()
         chaos_thread = threading.Thread(target=chaos.run, args=(checks, start, duration))
         chaos_thread.start()
-        breakers: set[str] = set()
+        breakers = BreakerWatch(inst, models)
         routed_at: dict[str, float] = {}
         log(f"chaos for {duration:.0f}s")
         while time.time() < start + duration:
@@ -415,7 +431,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             checks.add(s)
             for ep in s.endpoints:
                 routed_at.setdefault(str(ep["replica_id"]), ep["created_at"].timestamp())
-            breakers.update(breaker_models(models))
+            breakers.check(s.jobs)
             time.sleep(max(0.0, 1.0 - (time.time() - s.at)))
         chaos.stop.set()
         chaos_thread.join(120)
@@ -427,10 +443,13 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             checks.add(s)
             for ep in s.endpoints:
                 routed_at.setdefault(str(ep["replica_id"]), ep["created_at"].timestamp())
-            breakers.update(breaker_models(models))
-            if not at_count(inst, models, args.replicas):
+            breakers.check(s.jobs)
+            off = at_count(inst, models, args.replicas)
+            if not off:
                 settled_in = time.time() - settle_start
                 break
+            if set(off) <= breakers.stopped and time.time() - settle_start > 30:
+                break  # only breaker-stopped models are short: they will not come back
             time.sleep(1)
         load.finish()
         off = at_count(inst, models, args.replicas)
@@ -457,7 +476,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             stale_endpoints=[v.detail for v in checks.stale_endpoints],
             models_off_count=off,
             settled_in_secs=None if settled_in is None else round(settled_in, 1),
-            breaker_stopped_models=sorted(breakers),
+            breaker_stopped_models=sorted(breakers.stopped),
             healthz_failures=checks.healthz_failures,
             samples=checks.samples,
             latency_submitted=spread([r.submitted for r in reps if r.submitted is not None]),
