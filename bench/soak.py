@@ -149,6 +149,15 @@ class Instance:
         )[-1500:]
 
 
+def forget_instance() -> None:
+    """Empty the soak database's provisioner tables AND its Slurm settings: each run's instance
+    has new secrets, and a JWT encrypted by the last one would not decrypt."""
+    from obleth.core.models import SlurmSettings
+
+    reset_rows()
+    SlurmSettings.objects.all().delete()
+
+
 class Load:
     """A few client threads through the gateway; bounded by the run's stop event."""
 
@@ -392,7 +401,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
     url = database_url(args.db)
     ensure_database(url)
     setup_django(args.db)
-    reset_rows()
+    forget_instance()
     redis = PrivateRedis(Path(tempfile.mkdtemp(prefix="obleth-soak-redis-")))
     redis.start()
     inst = Instance(args, url, redis)
@@ -494,7 +503,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
         scancel_prefix(inst.prefix)  # only jobs of the soak's own prefix, if the drain left any
         redis.stop()
         with contextlib.suppress(Exception):
-            reset_rows()
+            forget_instance()
     return report(result)
 
 
