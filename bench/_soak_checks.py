@@ -136,6 +136,7 @@ class Cancel:
 class Replacement:
     cancel: Cancel
     submitted: float | None = None
+    started: float | None = None  # Slurm started the job (the launch row's started_at)
     healthy: float | None = None
     routed: float | None = None
 
@@ -147,7 +148,8 @@ def match_replacements(
 ) -> list[Replacement]:
     """Each cancel gets the earliest later launch of its model not taken by an earlier cancel.
 
-    ``launches``: rows with id, model_name, submitted_at, healthy_at (epoch seconds or None).
+    ``launches``: rows with id, model_name, submitted_at, started_at (optional), healthy_at
+    (epoch seconds or None).
     ``routed_at``: replica id -> when its endpoint was created (epoch seconds)."""
     pool: dict[str, list[dict[str, Any]]] = {}
     for row in sorted(launches, key=lambda r: r["submitted_at"]):
@@ -161,6 +163,8 @@ def match_replacements(
         if chosen is not None:
             candidates.remove(chosen)
             rep.submitted = chosen["submitted_at"] - cancel.at
+            if chosen.get("started_at") is not None:
+                rep.started = chosen["started_at"] - cancel.at
             if chosen["healthy_at"] is not None:
                 rep.healthy = chosen["healthy_at"] - cancel.at
             if str(chosen["id"]) in routed_at:

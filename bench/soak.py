@@ -467,9 +467,10 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
 
         launches = [
             {**row, "submitted_at": row["submitted_at"].timestamp(),
+             "started_at": row["started_at"].timestamp() if row["started_at"] else None,
              "healthy_at": row["healthy_at"].timestamp() if row["healthy_at"] else None}
             for row in Launch.objects.filter(model_name__in=models).values(
-                "id", "model_name", "submitted_at", "healthy_at"
+                "id", "model_name", "submitted_at", "started_at", "healthy_at"
             )
         ]  # fmt: skip
         reps = match_replacements(chaos.cancels, launches, routed_at)
@@ -489,6 +490,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             healthz_failures=checks.healthz_failures,
             samples=checks.samples,
             latency_submitted=spread([r.submitted for r in reps if r.submitted is not None]),
+            latency_started=spread([r.started for r in reps if r.started is not None]),
             latency_healthy=spread([r.healthy for r in reps if r.healthy is not None]),
             latency_routed=spread([r.routed for r in reps if r.routed is not None]),
             client_outcomes=dict(sorted(load.outcomes.items())),
@@ -524,7 +526,7 @@ def report(result: dict[str, Any]) -> int:
     print(f"  {'models stopped by the breaker':40s} {stopped}")
     print(f"  {'/healthz failures (1 s samples)':40s} {result.get('healthz_failures')}")
     print(f"  settled after the chaos in {result.get('settled_in_secs')} s")
-    for what in ("submitted", "healthy", "routed"):
+    for what in ("submitted", "started", "healthy", "routed"):
         s = result.get(f"latency_{what}", {})
         print(
             f"  cancel -> {what:9s} median {s.get('median')} s  p90 {s.get('p90')} s  "
