@@ -463,11 +463,19 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
         load.finish()
         off = at_count(inst, models, args.replicas)
 
-        from obleth.core.models import Launch
+        from obleth.core.models import Launch, Replica
 
+        # when a pass first saw the job RUNNING (the replica row; the launch row does not
+        # always get it)
+        started: dict[str, float] = {}
+        for r in Replica.objects.filter(model_name__in=models).values("id", "started_at"):
+            if r["started_at"] is not None:
+                started[str(r["id"])] = r["started_at"].timestamp()
         launches = [
             {**row, "submitted_at": row["submitted_at"].timestamp(),
-             "started_at": row["started_at"].timestamp() if row["started_at"] else None,
+             "started_at": started.get(str(row["id"]),
+                                       row["started_at"].timestamp() if row["started_at"]
+                                       else None),
              "healthy_at": row["healthy_at"].timestamp() if row["healthy_at"] else None}
             for row in Launch.objects.filter(model_name__in=models).values(
                 "id", "model_name", "submitted_at", "started_at", "healthy_at"

@@ -216,3 +216,51 @@ def test_stop_replicas_needs_an_instance(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "no instance here" in proc.stderr
+
+
+def test_scripts_run_without_redis_supervises_the_loop(tmp_path: Path) -> None:
+    """No Redis answering: scripts/run runs the provisioner loop instead; a SIGKILLed loop is
+    restarted too. No Slurm here (OBLETH_NO_SLURM=1): the loop idles, which is enough."""
+    port = free_port()
+    var = tmp_path / "var"
+    log = tmp_path / "run.log"
+    env = clean_env(
+        OBLETH_VAR_DIR=str(var),
+        OBLETH_BIND=f"127.0.0.1:{port}",
+        OBLETH_NO_SLURM="1",
+        REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
+        OBLETH_PROVISIONER_JOB_PREFIX=f"obc-t{uuid.uuid4().hex[:6]}-",
+        OBLETH_WEB_WORKERS="1",
+        OBLETH_WEB_THREADS="2",
+    )
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(ROOT / "scripts" / "run")], cwd=ROOT, env=env, stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    run = RunningInstance(proc, var, port, log)
+
+    def loop_pid() -> int | None:
+        for pid in children(run.supervisord_pid()):
+            if "reconcile" in cmdline(pid) or any("reconcile" in a for a in cmdline(pid)):
+                return pid
+        return None
+
+    try:
+        wait_for("/healthz", lambda: http_ok(run.healthz), 120, 0.5)
+        assert "running the provisioner loop" in run.output()
+        wait_for("the loop", lambda: loop_pid() is not None, 30)
+        first = loop_pid()
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait_for("a new loop", lambda: loop_pid() not in (None, first), 30)
+        assert "exited: loop (terminated by SIGKILL; not expected)" in run.output()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        wait_for("every process to end", lambda: not session_pids(proc.pid), 30)
+        # no Slurm configured: it says it could not count, and why
+        assert "could not count this instance's jobs on Slurm" in run.output()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_session(proc.pid)
