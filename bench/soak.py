@@ -207,6 +207,19 @@ class Load:
             t.join(40)
 
 
+def job_starts(prefix: str, into: dict[str, float]) -> None:
+    """Slurm's own start time (1 s resolution, local time) of each started job of the prefix."""
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i|%j|%T|%S"], capture_output=True, text=True, check=False
+    ).stdout
+    for line in out.splitlines():
+        job_id, name, state, start = (line.split("|", 3) + ["", "", ""])[:4]
+        running = state in ("RUNNING", "COMPLETING")  # a PENDING job's %S is an estimate
+        if running and name.startswith(prefix) and job_id not in into and start[:2] == "20":
+            with contextlib.suppress(ValueError):
+                into[job_id] = time.mktime(time.strptime(start, "%Y-%m-%dT%H:%M:%S"))
+
+
 def sample(inst: Instance) -> Sample:
     from obleth.core.models import Endpoint, Replica
 
@@ -433,6 +446,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
         chaos_thread = threading.Thread(target=chaos.run, args=(checks, start, duration))
         chaos_thread.start()
         breakers = BreakerWatch(inst, models)
+        starts: dict[str, float] = {}  # job id -> Slurm's start time
         routed_at: dict[str, float] = {}
         log(f"chaos for {duration:.0f}s")
         while time.time() < start + duration:
@@ -441,6 +455,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             for ep in s.endpoints:
                 routed_at.setdefault(str(ep["replica_id"]), ep["created_at"].timestamp())
             breakers.check(s.jobs)
+            job_starts(inst.prefix, starts)
             time.sleep(max(0.0, 1.0 - (time.time() - s.at)))
         chaos.stop.set()
         chaos_thread.join(120)
@@ -463,22 +478,14 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
         load.finish()
         off = at_count(inst, models, args.replicas)
 
-        from obleth.core.models import Launch, Replica
+        from obleth.core.models import Launch
 
-        # when a pass first saw the job RUNNING (the replica row; the launch row does not
-        # always get it)
-        started: dict[str, float] = {}
-        for r in Replica.objects.filter(model_name__in=models).values("id", "started_at"):
-            if r["started_at"] is not None:
-                started[str(r["id"])] = r["started_at"].timestamp()
         launches = [
             {**row, "submitted_at": row["submitted_at"].timestamp(),
-             "started_at": started.get(str(row["id"]),
-                                       row["started_at"].timestamp() if row["started_at"]
-                                       else None),
+             "started_at": starts.get(row["job_id"]),
              "healthy_at": row["healthy_at"].timestamp() if row["healthy_at"] else None}
             for row in Launch.objects.filter(model_name__in=models).values(
-                "id", "model_name", "submitted_at", "started_at", "healthy_at"
+                "id", "model_name", "job_id", "submitted_at", "healthy_at"
             )
         ]  # fmt: skip
         reps = match_replacements(chaos.cancels, launches, routed_at)
