@@ -10,6 +10,7 @@ from types import FrameType
 from typing import Any
 
 from django.conf import settings
+from django.db import connections
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,14 @@ class StopFlag:
         self.event.set()
 
 
+def _drop_dead_connections() -> None:
+    """Django's close_old_connections, minus connections inside a transaction (a test's): the
+    loop itself never runs a pass inside one."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+
+
 def run_loop(
     *,
     interval: float,
@@ -72,6 +81,10 @@ def run_loop(
     while not stop.event.is_set():
         now = time.monotonic()
         full = now >= next_full or not fast_every
+        # A long-lived process: drop a database connection that died (PostgreSQL restarted or
+        # unreachable) or outlived CONN_MAX_AGE, as Django does around each request. Without
+        # it, every pass after an outage fails on "the connection is closed", forever.
+        _drop_dead_connections()
         try:
             report = run_pass(dispatch="inline", fast=not full)
         except Exception:  # noqa: BLE001 - a database blip must not end the loop

@@ -38,11 +38,12 @@ pg_up() {
         (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null
     fi
 }
-redis_up() {
+redis_up() {  # [HOST [PORT]], default 127.0.0.1 6379
+    local host=${1:-127.0.0.1} port=${2:-6379}
     if command -v redis-cli >/dev/null; then
-        [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = "PONG" ]
+        [ "$(redis-cli -h "$host" -p "$port" ping 2>/dev/null)" = "PONG" ]
     else
-        (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null
+        (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
     fi
 }
 

@@ -239,9 +239,16 @@ class SlurmClient:
             return SlurmRejected(
                 self._scrub(answer.sentence), status=answer.status, detail=f"{what}: {detail}"
             )
-        return SlurmUncertain(
-            self._scrub(f"{what}: {answer.message}"), status=answer.status, detail=detail
-        )
+        message = f"{what}: {answer.message}"
+        if answer.status == 404 and "Unable find requested URL" in answer.message:
+            # slurmrestd's answer for a path of an API version none of its plugins serves
+            version = self._adapter.version if self._adapter else "?"
+            message = (
+                f"{what}: slurmrestd does not serve API {version} [HTTP 404: {answer.message}]. "
+                "Fix: set a version it serves in the Slurm settings, or leave the version "
+                "empty to detect it."
+            )
+        return SlurmUncertain(self._scrub(message), status=answer.status, detail=detail)
 
     # ---- version -------------------------------------------------------------------------
 

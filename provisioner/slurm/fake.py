@@ -15,7 +15,9 @@ purged ``purge_after`` seconds after they end (None: never).
 Fault switches (attributes, flip them any time): ``down`` (via :meth:`set_down`: connection
 refused), ``slow_seconds`` (delay before every answer), ``auth_failure`` (answers as for a bad
 or expired token: 500 with -1/5005), ``controller_down`` (slurmctld stopped: 500 with -1 and
-1800, after ``controller_delay`` seconds), ``html_502`` (a proxy's HTML error page).
+1800, after ``controller_delay`` seconds), ``html_502`` (a proxy's HTML error page),
+``raw_answer`` (status, content type, body: every request gets exactly that, e.g. a bare 500 or
+a login portal's HTML with 200).
 """
 
 from __future__ import annotations
@@ -278,6 +280,7 @@ class FakeSlurmrestd:
         self.controller_down = False
         self.controller_delay = 0.0
         self.html_502 = False
+        self.raw_answer: tuple[int, str, bytes] | None = None
         # bookkeeping
         self.jobs: dict[int, FakeJob] = {}
         self.request_count = 0
@@ -470,6 +473,8 @@ class FakeSlurmrestd:
             time.sleep(self.slow_seconds)
         if self.html_502:
             return 502, "text/html", _HTML_502.encode()
+        if self.raw_answer is not None:
+            return self.raw_answer
         lower = {k.lower(): v for k, v in headers.items()}
         user = lower.get("x-slurm-user-name", "")
         token = lower.get("x-slurm-user-token", "")
