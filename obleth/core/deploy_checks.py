@@ -119,7 +119,7 @@ class Cluster:
     reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def reason(self, part: str) -> str:
-        return self.reasons.get(part) or "discovery did not report it"
+        return (self.reasons.get(part) or "discovery did not report it").rstrip(". ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +161,7 @@ def format_minutes(minutes: int) -> str:
 def format_mb(mb: int) -> str:
     if mb >= 1024 and mb % 1024 == 0:
         return f"{mb // 1024}G"
-    if mb >= 1024:
+    if mb >= 10 * 1024:
         return f"{mb / 1024:.1f}G"
     return f"{mb}M"
 
@@ -378,10 +378,14 @@ def check_fit(ask: Ask, cluster: Cluster) -> Check:
     if len(fitting) < ask.nodes:
         members = [cluster.nodes[n] for n in part.nodes if n in cluster.nodes]
         reasons = sorted({r for n in members if (r := _misfit(ask, n))})
-        if members and not reasons and ask.exclude:
+        if reasons:
+            why = "its nodes have " + _listed(reasons)
+        elif members and ask.exclude:
             why = "the others are in Avoid nodes (exclude)"
+        elif members:
+            why = f"the partition has {len(members)} node{'s' if len(members) != 1 else ''}"
         else:
-            why = "its nodes have " + _listed(reasons) if reasons else "it has no nodes"
+            why = "it has no nodes"
         need = f"{ask.nodes} such nodes" if ask.nodes > 1 else "one node"
         field = "gpus" if ask.gpus and any("GPU" in r for r in reasons) else "partition"
         return Check(
