@@ -55,6 +55,7 @@ from obleth.core import deploy_learned as learned
 from obleth.core.models import Launch, ManagedSpec, Model, Recipe, Replica, SlurmSettings
 from obleth.core.recipe_shell import value_problem
 from obleth.core.recipes import (
+    RecipeError,
     find_library_recipe,
     parse_recipe,
     prepare_deploy,
@@ -137,6 +138,10 @@ class DeployRequest:
     script: str | None = None
     dry_run: bool = False
     save_as_recipe: str | None = None
+    #: A recipe document read by the caller (``manage.py deploy_recipe FILE``); never from the
+    #: API, whose body cannot name a file.
+    recipe_text: str | None = None
+    recipe_file: str = ""
 
 
 def _text_field(data: Mapping[str, Any], key: str, errors: dict[str, list[str]]) -> str | None:
@@ -461,6 +466,20 @@ def _source_of(request: DeployRequest) -> tuple[str, Recipe | None, dict[str, An
                     "(library: test-engine, llamacpp-smollm2, vllm...) or a saved one."
                 ]
             }
+        )
+    if request.recipe_text is not None:
+        try:
+            parsed = parse_recipe(request.recipe_text)
+        except RecipeError as exc:
+            raise ValidationError({"recipe": [str(exc)]}) from None
+        return (
+            request.recipe_text,
+            None,
+            {
+                "kind": "file",
+                "file": request.recipe_file,
+                "name": parsed.name,
+            },
         )
     if request.recipe:
         try:
