@@ -623,6 +623,13 @@ def discover_resources(settings: SlurmSettings | None = None) -> dict[str, Any]:
         elif value is not None:
             errors.setdefault(part, "slurmrestd gave an unexpected answer")
     answer["errors"] = errors
+    limits = data.get("qos_limits")
+    if isinstance(limits, list) and "qos" not in errors:  # QoS -> MaxWall, for deploy checks
+        answer["qos_limits"] = {
+            str(row[0]): {"max_wall_minutes": row[1]}
+            for row in limits
+            if isinstance(row, list) and len(row) == 2
+        }
     answer["api_version"] = str(data.get("api_version") or "")
     answer["reason"] = "" if not errors else "some parts could not be read (see errors)"
     return answer
