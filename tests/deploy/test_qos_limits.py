@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from obleth.core import deploy_checks as dc
-from obleth.core.services import _jsonable
+from obleth.core.models import SlurmSettings
+from obleth.core.services import discover_resources
 from provisioner.slurm.adapters import get_adapter
 from provisioner.slurm.client import SlurmClient
 
@@ -52,7 +53,10 @@ def test_adapters_read_maxwall(version: str, body: dict[str, Any], expected: Any
     assert get_adapter(version).parse_qos_limits(body) == expected
 
 
-def test_discovery_carries_qos_limits_to_the_walltime_check() -> None:
+@pytest.mark.django_db
+def test_discovery_carries_qos_limits_to_the_walltime_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         path = request.url.path.rstrip("/")
         if path.endswith("/qos"):
@@ -65,24 +69,28 @@ def test_discovery_carries_qos_limits_to_the_walltime_check() -> None:
             return httpx.Response(200, json={"nodes": [{"name": "n1", "cpus": 4}]})
         return httpx.Response(200, json={path.rsplit("/", 1)[1]: []})
 
-    client = SlurmClient(
-        "http://slurm.invalid:6820", "obleth", "t", "v0.0.40", transport=httpx.MockTransport(answer)
-    )
-    with client:
-        found = client.discover()
-    assert found.qos == ("bare", "long", "normal"), found.errors
-    assert found.qos_limits == (("bare", None), ("long", None), ("normal", 1440))
-    data = _jsonable(found)
-    resources = {
-        **data,
-        "reason": "",
-        "qos_limits": {row[0]: {"max_wall_minutes": row[1]} for row in data["qos_limits"]},
+    def client(settings: Any, api_version: str | None = None) -> SlurmClient:
+        return SlurmClient(
+            "http://slurm.invalid:6820",
+            "obleth",
+            "t",
+            "v0.0.40",
+            transport=httpx.MockTransport(answer),
+        )
+
+    monkeypatch.setattr("obleth.core.services.make_slurm_client", client)
+    slurm = SlurmSettings.load()
+    slurm.enabled, slurm.slurmrestd_url, slurm.user = True, "http://slurm.invalid:6820", "obleth"
+    resources = discover_resources(slurm)
+    assert resources["qos"] == ["bare", "long", "normal"], resources["errors"]
+    assert resources["qos_limits"] == {
+        "bare": {"max_wall_minutes": None},
+        "long": {"max_wall_minutes": None},
+        "normal": {"max_wall_minutes": 1440},
     }
     cluster = dc.cluster_from_resources(resources)
-    checks = dc.check_walltime(
-        dc.Ask(partition="cpu", qos="normal", time_limit_minutes=1500), cluster
-    )
-    assert checks[-1].message == (
+    ask = dc.Ask(partition="cpu", qos="normal", time_limit_minutes=1500)
+    assert dc.check_walltime(ask, cluster)[-1].message == (
         "Walltime 1-01:00:00 is over QoS 'normal''s limit of 1-00:00:00 (MaxWall); give at most "
         "1-00:00:00 or another QoS."
     )
