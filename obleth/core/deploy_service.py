@@ -55,8 +55,10 @@ from obleth.core import deploy_learned as learned
 from obleth.core.models import Launch, ManagedSpec, Model, Recipe, Replica, SlurmSettings
 from obleth.core.recipe_shell import value_problem
 from obleth.core.recipes import (
+    MAX_RECIPE_CHARS,
     RecipeError,
     find_library_recipe,
+    lift_sbatch,
     parse_recipe,
     prepare_deploy,
     save_deploy,
@@ -185,6 +187,10 @@ def request_from_data(data: Any) -> DeployRequest:
     library = _text_field(data, "library", errors)
     hf_repo = _text_field(data, "hf_repo", errors)
     script = _text_field(data, "script", errors)
+    if script is not None and len(script) > MAX_RECIPE_CHARS:
+        errors["script"] = [
+            f"The script is {len(script)} characters long: at most {MAX_RECIPE_CHARS}."
+        ]
     save_as = _text_field(data, "save_as_recipe", errors)
     given = [k for k in ("recipe", "library", "hf_repo") if data.get(k) not in (None, "")]
     if len(given) != 1 and not errors.keys() & {"recipe", "library", "hf_repo"}:
@@ -232,6 +238,7 @@ class Review:
     model: Model = dataclasses.field(repr=False)
     recipe_text: str = dataclasses.field(repr=False, default="")
     recipe_row: Recipe | None = dataclasses.field(repr=False, default=None)
+    saved_recipe: dict[str, str] | None = None  # name and body "Also save as recipe" writes
 
     @property
     def ok(self) -> bool:
@@ -254,6 +261,7 @@ class Review:
             "refusals": self.refusals,
             "discovery": self.discovery,
             "notes": self.notes,
+            "save_as_recipe": self.saved_recipe,
         }
 
 
@@ -589,9 +597,10 @@ def plan_deployment(
     history = _past_launches(row, source.get("library"), parsed.name)
     found = learned.suggestions(history)
     learned_fields: set[str] = set()
+    written, _ = lift_sbatch(request.script if request.script is not None else parsed.script)
     for item in found:
         if item.prefill and item.field not in request.overrides:
-            stated = parsed.placement.get(item.field)
+            stated = written.get(item.field) or parsed.placement.get(item.field)
             if not stated:
                 overrides[item.field] = item.value
                 learned_fields.add(item.field)
@@ -722,7 +731,7 @@ def plan_deployment(
         "reason": str(resources.get("reason") or ""),
         "errors": dict(resources.get("errors") or {}),
     }
-    return Review(
+    review = Review(
         name=model.name,
         source=source,
         script=script,
@@ -741,6 +750,16 @@ def plan_deployment(
         recipe_text=text,
         recipe_row=row,
     )
+    if request.save_as_recipe is not None:
+        from obleth.core.validators import validate_recipe_body
+
+        saved_body = _saved_body(review, request)
+        try:
+            validate_recipe_body(saved_body)
+        except ValidationError as exc:
+            raise ValidationError({"save_as_recipe": exc.messages}) from None
+        review.saved_recipe = {"name": request.save_as_recipe.strip(), "body": saved_body}
+    return review
 
 
 def _masked(body: Any, secret_names: frozenset[str]) -> Any:
@@ -828,9 +847,8 @@ def deploy(
     try:
         with transaction.atomic():
             if request.save_as_recipe is not None:
-                saved = Recipe(
-                    name=request.save_as_recipe.strip(), body=_saved_body(review, request)
-                )
+                assert review.saved_recipe is not None
+                saved = Recipe(name=review.saved_recipe["name"], body=review.saved_recipe["body"])
                 try:
                     saved.full_clean()
                 except ValidationError as exc:

@@ -257,6 +257,11 @@ def test_without_slurm_checks_say_not_checked(admin: APIClient) -> None:
         ({"library": "test-engine", "name": "x", "dry_run": "yes"}, "dry_run"),
         ({"library": "test-engine", "name": "x", "script": "#SBATCH -p {{x}}\n"}, "script"),
         ({"hf_repo": "HuggingFaceTB/SmolLM2-135M-Instruct", "name": "x"}, "hf_repo"),
+        ({"library": "test-engine", "name": "x", "script": "#!/bin/bash\n\x00\n"}, "script"),
+        ({"library": "test-engine", "name": "x", "script": "#" * 300_000}, "script"),
+        ({"library": "test-engine", "name": "n" * 100_000}, "name"),
+        ({"library": "test-engine", "name": "x", "save_as_recipe": "a\nb"}, "save_as_recipe"),
+        ({"library": "test-engine", "name": "x", "overrides": {"cpus": True}}, "overrides.cpus"),
     ],
 )
 def test_bad_requests_are_400_naming_the_field(
@@ -275,6 +280,20 @@ def test_an_unset_cluster_default_is_named(admin: APIClient, slurm_on: SlurmSett
     answer = admin.post(URL, body(library="vllm", name="v"), format="json")
     assert answer.status_code == 400
     assert "{{image.vllm}}" in answer.json()["fields"]["inputs.image"][0]
+
+
+def test_shell_characters_in_the_model_name_stay_data(
+    admin: APIClient, slurm_on: SlurmSettings
+) -> None:
+    """A model name is what clients send; it never reaches the script, and the job name (which
+    names the log files) has its unsafe characters replaced."""
+    review = admin.post(
+        URL, body(name="$(id)`id`;x y/z", overrides={"partition": "cpu"}), format="json"
+    ).json()
+    job = review["slurm"]["body"]["job"]
+    assert job["name"] == "obleth---id--id--x-y-z-000000000000"
+    assert "$(id)" not in review["script"]
+    assert job["standard_output"] == "/scratch/logs/obleth---id--id--x-y-z-000000000000-%j.out"
 
 
 def test_hf_repo_says_pick_a_library_recipe(admin: APIClient) -> None:
@@ -308,6 +327,14 @@ def test_deploy_creates_model_spec_and_recipe_in_one_go_and_is_audited(
     assert spec.partition == "cpu" and spec.target_replicas == 1
     assert "export MY_FLAG=on" in spec.script_body
     assert spec.launcher_spec["recipe"]["library"] == "test-engine"
+    preview = admin.post(
+        URL,
+        body(name="demo-3", overrides={"partition": "cpu"}, save_as_recipe="preview"),
+        format="json",
+    ).json()
+    assert preview["save_as_recipe"]["name"] == "preview"
+    assert "partition: cpu" in preview["save_as_recipe"]["body"]
+    assert not Recipe.objects.filter(name="preview").exists()
     # The saved recipe deploys again with the settings given (inputs became its defaults).
     again = admin.post(
         URL, {"recipe": str(saved.pk), "name": "demo-2", "dry_run": True}, format="json"
