@@ -381,7 +381,7 @@ def check_fit(ask: Ask, cluster: Cluster) -> Check:
         if reasons:
             why = "its nodes have " + _listed(reasons)
         elif members and ask.exclude:
-            why = "the others are in Avoid nodes (exclude)"
+            why = "Avoid nodes (exclude) leaves too few"
         elif members:
             why = f"the partition has {len(members)} node{'s' if len(members) != 1 else ''}"
         else:

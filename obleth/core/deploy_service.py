@@ -605,6 +605,19 @@ def plan_deployment(
                 overrides[item.field] = item.value
                 learned_fields.add(item.field)
 
+    # No partition anywhere: the cluster's default partition (as sbatch would use).
+    cluster_fields: set[str] = set()
+    partitions = [p for p in resources.get("partitions") or [] if isinstance(p, Mapping)]
+    if not (
+        str(request.overrides.get("partition") or "").strip()
+        or written.get("partition")
+        or parsed.placement.get("partition")
+    ):
+        default = next((str(p.get("name")) for p in partitions if p.get("is_default")), "")
+        if default:
+            overrides["partition"] = default
+            cluster_fields.add("partition")
+
     try:
         model, spec = prepare_deploy(
             recipe_text=text,
@@ -615,12 +628,22 @@ def plan_deployment(
             extra_env=env,
         )
     except ValidationError as exc:
-        raise _renamed(exc) from None
+        renamed = _renamed(exc)
+        names = sorted(str(p.get("name")) for p in partitions if p.get("name"))
+        if names and "overrides.partition" in renamed.message_dict:
+            messages = renamed.message_dict
+            messages["overrides.partition"] = [
+                *messages["overrides.partition"],
+                f"Partitions on the cluster: {', '.join(names)}.",
+            ]
+            raise ValidationError(messages) from None
+        raise renamed from None
     launcher = dict(spec.launcher_spec or {})
     launcher["recipe"] = {**launcher.get("recipe", {}), **source}
     launcher["sources"] = {
         **launcher.get("sources", {}),
         **dict.fromkeys(learned_fields, "learned"),
+        **dict.fromkeys(cluster_fields, "cluster"),
     }
     spec.launcher_spec = launcher
 

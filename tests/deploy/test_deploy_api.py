@@ -15,6 +15,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from obleth.accounts.models import AuditEntry
@@ -192,6 +193,24 @@ def test_cluster_refusals_name_the_field_and_valid_values(
     assert launched.json()["fields"]["overrides.partition"] == [
         "Partition 'nope' does not exist on the cluster; choose one of: cpu, gpu, tiny."
     ]
+
+
+def test_no_partition_anywhere_takes_the_clusters_default(
+    admin: APIClient, slurm_on: SlurmSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llamacpp-smollm2 names no partition: sbatch would use the default one, and so do we."""
+    request = body(library="llamacpp-smollm2", name="smol")
+    refused = admin.post(URL, request, format="json")
+    assert refused.status_code == 400  # no partition is marked default in cluster()
+    assert refused.json()["fields"]["overrides.partition"][-1] == (
+        "Partitions on the cluster: cpu, gpu, tiny."
+    )
+    data = cluster()
+    data["partitions"][1]["is_default"] = True
+    monkeypatch.setattr("obleth.core.services.discover_resources", lambda s: data)
+    cache.clear()
+    review = admin.post(URL, request, format="json").json()
+    assert review["values"]["partition"] == {"value": "cpu", "source": "cluster default"}
 
 
 def test_discovery_is_cached_and_its_age_shown(admin: APIClient, slurm_on: SlurmSettings) -> None:

@@ -117,6 +117,13 @@ FIT = [
         "A replica fits on 1 node of 'cpu'; 1 is idle now and 1 has room for it now.",
     ),
     (
+        ask(exclude=("cpu01", "cpu02")),
+        "partition",
+        "refused",
+        "A replica does not fit in partition 'cpu': it asks 1 CPU on one node and 0 nodes fit "
+        "(Avoid nodes (exclude) leaves too few). Partitions where it fits: gpu, tiny.",
+    ),
+    (
         ask(exclude=("cpu01",)),
         "partition",
         "warning",
