@@ -306,7 +306,8 @@ def cached_resources(
                 "cached": True,
             }
     data = (discover or discover_resources)(slurm)
-    cache.set(key, {"fetched_at": now.isoformat(), "data": data}, max_age)
+    if slurm.enabled:  # a disabled connection answers at once; nothing worth keeping
+        cache.set(key, {"fetched_at": now.isoformat(), "data": data}, max_age)
     return data, {"fetched_at": now.isoformat(), "age_seconds": 0.0, "cached": False}
 
 
@@ -424,10 +425,10 @@ def _past_launches(
         models = ManagedSpec.objects.filter(recipe=recipe).values_list("model_id", flat=True)
         query = Q(recipe_id=recipe.pk) | Q(model_id__in=list(models))
     else:
-        models = ManagedSpec.objects.filter(
-            Q(launcher_spec__recipe__library=library)
-            | Q(launcher_spec__recipe__id=None, launcher_spec__recipe__name=name)
-        ).values_list("model_id", flat=True)
+        same = Q(launcher_spec__recipe__id=None, launcher_spec__recipe__name=name)
+        if library:
+            same |= Q(launcher_spec__recipe__library=library)
+        models = ManagedSpec.objects.filter(same).values_list("model_id", flat=True)
         query = Q(model_id__in=list(models))
     rows = list(Launch.objects.filter(query).order_by("-submitted_at")[: learned.RECENT])
     messages = dict(
@@ -545,8 +546,7 @@ def _values(
         value = getattr(spec, field)
         source = sources.get(field)
         word = _SOURCE_WORDS.get(source or "", source or "")
-        if not word:
-            word = "recipe" if value not in ("", None) and field in ("serving_port",) else "not set"
+        word = word or "not set"
         shown[req] = {"value": value, "source": word}
     shown["gpus"] = {"value": checks.node_gpus(spec.gres), "source": shown["gres"]["source"]}
     launcher = spec.launcher_spec or {}

@@ -430,3 +430,35 @@ def test_learned_account_is_prefilled_and_other_suggestions_wait(
         URL, body(name="next", overrides={"partition": "gpu", "account": "ops"}), format="json"
     ).json()
     assert picked["values"]["account"] == {"value": "ops", "source": "you"}
+
+
+def test_learning_reads_only_this_recipes_launches(
+    admin: APIClient, slurm_on: SlurmSettings
+) -> None:
+    other = admin.post(
+        URL,
+        body(
+            library="vllm",
+            name="other",
+            dry_run=False,
+            inputs=NEEDED_INPUTS,
+            overrides={"partition": "gpu", "account": "ml", "gpus": 1},
+        ),
+        format="json",
+    )
+    assert other.status_code == 201, other.json()
+    model = Model.objects.get(name="other")
+    for _ in range(3):
+        Launch.objects.create(
+            id=uuid.uuid4(), model_id=model.pk, model_name="other", job_name="j", account="ml"
+        )
+    mine = admin.post(URL, body(overrides={"partition": "gpu"}), format="json").json()
+    assert mine["values"]["account"] == {"value": "", "source": "not set"}
+    assert mine["suggestions"] == []
+    theirs = admin.post(
+        URL,
+        body(library="vllm", name="v2", inputs=NEEDED_INPUTS, overrides={"partition": "gpu"}),
+        format="json",
+    ).json()
+    assert theirs["values"]["account"] == {"value": "ml", "source": "learned"}
+    assert theirs["suggestions"][0]["applied"] is True
