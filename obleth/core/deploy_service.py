@@ -37,32 +37,30 @@ Slurm connection's Cluster defaults), ``learned`` (every recent launch of the re
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
 from django.conf import settings
-from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 
 from obleth.core import deploy_checks as checks
 from obleth.core import deploy_learned as learned
-from obleth.core.models import Launch, ManagedSpec, Model, Recipe, Replica, SlurmSettings
-from obleth.core.recipe_shell import value_problem
-from obleth.core.recipes import (
-    MAX_RECIPE_CHARS,
-    RecipeError,
-    find_library_recipe,
-    lift_sbatch,
-    parse_recipe,
-    prepare_deploy,
-    save_deploy,
+from obleth.core import deploy_reads as reads
+from obleth.core.deploy_reads import DISCOVERY_MAX_AGE, cached_resources
+from obleth.core.deploy_request import (
+    OVERRIDES,
+    REQUEST_FIELDS,
+    DeployRequest,
+    renamed,
+    request_from_data,
+    request_key,
+    spec_overrides,
 )
+from obleth.core.models import Launch, ManagedSpec, Model, Recipe, SlurmSettings
+from obleth.core.recipes import lift_sbatch, parse_recipe, prepare_deploy, save_deploy
 
 __all__ = [
     "DISCOVERY_MAX_AGE",
@@ -78,142 +76,13 @@ __all__ = [
     "request_from_data",
 ]
 
-DISCOVERY_MAX_AGE = 60  # seconds a discovery answer is reused for reviews
-_CACHE_KEY = "obleth:deploy:resources"
-REQUEST_FIELDS = (
-    "name",
-    "recipe",
-    "library",
-    "hf_repo",
-    "inputs",
-    "overrides",
-    "script",
-    "dry_run",
-    "save_as_recipe",
-)
-#: Request override -> managed spec field (None: handled apart).
-OVERRIDES: dict[str, str | None] = {
-    "partition": "partition",
-    "account": "account",
-    "qos": "qos",
-    "time_limit": "time_limit",
-    "nodes": "nodes",
-    "gpus": None,  # -> gres gpu:N
-    "gres": "gres",
-    "cpus": "cpus_per_task",
-    "mem": "mem",
-    "constraints": "constraints",
-    "exclude": "exclude",
-    "log_output_dir": "log_output_dir",
-    "replicas": "target_replicas",
-    "min_replicas": "min_replicas",
-    "max_job_failures": "max_job_failures",
-    "health_check": "health_path",
-    "serving_port": "serving_port",
-    "api_model_name": "api_model_name",
-    "env": None,  # exported in the script, after the recipe's env
-}
-_SPEC_TO_REQUEST = {spec: req for req, spec in OVERRIDES.items() if spec}
 _SOURCE_WORDS = {
     "recipe": "recipe",
     "script": "recipe",
     "cluster": "cluster default",
     "override": "you",
 }
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_RESERVED_ENV = ("OBLETH_", "SLURM_")
-_RECIPE_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 _MASK = "[masked]"
-
-
-# ----------------------------------------------------------------------------- the request
-
-
-@dataclasses.dataclass(frozen=True)
-class DeployRequest:
-    name: str
-    recipe: str | None = None
-    library: str | None = None
-    hf_repo: str | None = None
-    inputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    script: str | None = None
-    dry_run: bool = False
-    save_as_recipe: str | None = None
-    #: A recipe document read by the caller (``manage.py deploy_recipe FILE``); never from the
-    #: API, whose body cannot name a file.
-    recipe_text: str | None = None
-    recipe_file: str = ""
-
-
-def _text_field(data: Mapping[str, Any], key: str, errors: dict[str, list[str]]) -> str | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        errors[key] = [f"Give {key} as text, not {type(value).__name__}."]
-        return None
-    return value
-
-
-def request_from_data(data: Any) -> DeployRequest:
-    """A :class:`DeployRequest` from a request body; ValidationError names each bad field."""
-    if not isinstance(data, Mapping):
-        raise ValidationError({"non_field_errors": ["Send a JSON object."]})
-    errors: dict[str, list[str]] = {}
-    for key in data:
-        if key not in REQUEST_FIELDS:
-            errors[str(key)] = [f"Unknown field {key!r}. Use: {', '.join(REQUEST_FIELDS)}."]
-    overrides = data.get("overrides")
-    overrides = {} if overrides is None else overrides
-    if not isinstance(overrides, Mapping):
-        errors["overrides"] = ['Give overrides as an object, e.g. {"partition": "debug"}.']
-        overrides = {}
-    for key in overrides:
-        if key not in OVERRIDES:
-            errors[f"overrides.{key}"] = [f"Unknown override {key!r}. Use: {', '.join(OVERRIDES)}."]
-    inputs = data.get("inputs")
-    inputs = {} if inputs is None else inputs
-    if not isinstance(inputs, Mapping):
-        errors["inputs"] = ["Give inputs as an object of input name -> value."]
-        inputs = {}
-    name = _text_field(data, "name", errors)
-    if name is None and "name" not in errors:
-        errors["name"] = ["Give the model a name: the name clients send in the 'model' field."]
-    recipe = data.get("recipe")
-    if recipe is not None and not isinstance(recipe, str | uuid.UUID):
-        errors["recipe"] = ["Give recipe as a saved recipe's id."]
-        recipe = None
-    library = _text_field(data, "library", errors)
-    hf_repo = _text_field(data, "hf_repo", errors)
-    script = _text_field(data, "script", errors)
-    if script is not None and len(script) > MAX_RECIPE_CHARS:
-        errors["script"] = [
-            f"The script is {len(script)} characters long: at most {MAX_RECIPE_CHARS}."
-        ]
-    save_as = _text_field(data, "save_as_recipe", errors)
-    given = [k for k in ("recipe", "library", "hf_repo") if data.get(k) not in (None, "")]
-    if len(given) != 1 and not errors.keys() & {"recipe", "library", "hf_repo"}:
-        errors["recipe"] = [
-            "Give one of recipe (a saved recipe's id), library (a library recipe's name) or "
-            f"hf_repo{' (not ' + ' and '.join(given) + ')' if given else ''}."
-        ]
-    dry_run = data.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        errors["dry_run"] = ["Give dry_run as true or false."]
-    if errors:
-        raise ValidationError(errors)
-    return DeployRequest(
-        name=name or "",
-        recipe=str(recipe) if recipe else None,
-        library=library or None,
-        hf_repo=hf_repo or None,
-        inputs=dict(inputs),
-        overrides=dict(overrides),
-        script=script,
-        dry_run=bool(dry_run),
-        save_as_recipe=save_as if save_as not in (None, "") else None,
-    )
 
 
 # ----------------------------------------------------------------------------- the answer
@@ -280,240 +149,6 @@ def deployment_stage(model: Model) -> str:
     return "serving" if served else "staged"
 
 
-# ----------------------------------------------------------------------------- discovery
-
-
-def cached_resources(
-    slurm: SlurmSettings,
-    *,
-    max_age: int = DISCOVERY_MAX_AGE,
-    discover: Callable[[SlurmSettings], dict[str, Any]] | None = None,
-    now: dt.datetime | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(discovery answer, {fetched_at, age_seconds, cached}) reusing an answer up to max_age."""
-    from obleth.core.services import discover_resources
-
-    now = now or dt.datetime.now(dt.UTC)
-    key = f"{_CACHE_KEY}:{slurm.slurmrestd_url}:{slurm.effective_api_version}:{slurm.enabled}"
-    stored = cache.get(key)
-    if isinstance(stored, dict) and "fetched_at" in stored:
-        fetched = dt.datetime.fromisoformat(stored["fetched_at"])
-        age = (now - fetched).total_seconds()
-        if 0 <= age <= max_age:
-            return stored["data"], {
-                "fetched_at": stored["fetched_at"],
-                "age_seconds": round(age, 1),
-                "cached": True,
-            }
-    data = (discover or discover_resources)(slurm)
-    if slurm.enabled:  # a disabled connection answers at once; nothing worth keeping
-        cache.set(key, {"fetched_at": now.isoformat(), "data": data}, max_age)
-    return data, {"fetched_at": now.isoformat(), "age_seconds": 0.0, "cached": False}
-
-
-class _DiscoveryClient:
-    """What :func:`provisioner.submission.build_submission` asks a client, answered from the
-    discovery the review used (the provisioner asks slurmrestd the same at submit time)."""
-
-    def __init__(self, adapter: Any, cluster: checks.Cluster) -> None:
-        self.adapter = adapter
-        self.api_version = adapter.version
-        self._cluster = cluster
-
-    def whole_node_memory_mb(self, partition: str) -> int | None:
-        nodes = self._cluster.nodes or {}
-        sizes = [
-            n.memory_mb
-            for n in nodes.values()
-            if partition in n.partitions and n.memory_mb and n.memory_mb > 0
-        ]
-        return min(sizes) if sizes else None
-
-
-# ----------------------------------------------------------------------------- overrides
-
-
-def _spec_overrides(
-    request: DeployRequest, errors: dict[str, list[str]]
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """Request overrides -> recipes.prepare_deploy overrides, and the extra env."""
-    out: dict[str, Any] = {}
-    env: dict[str, str] = {}
-    for key, value in request.overrides.items():
-        target = OVERRIDES.get(key)
-        if key == "gpus":
-            if isinstance(value, bool) or not isinstance(value, int | str):
-                errors["overrides.gpus"] = ["Give gpus as a whole number (0: none)."]
-                continue
-            text = str(value).strip()
-            if not text.isdigit() or int(text) > 1024:
-                errors["overrides.gpus"] = [f"gpus must be a whole number from 0, not {value!r}."]
-                continue
-            out["gres"] = f"gpu:{int(text)}" if int(text) else ""
-        elif key == "env":
-            if not isinstance(value, Mapping):
-                errors["overrides.env"] = ["Give env as an object of NAME -> value."]
-                continue
-            for name, item in value.items():
-                field = f"overrides.env.{name}"
-                if not isinstance(name, str) or not _ENV_NAME.match(name):
-                    errors[field] = [f"{name!r} is not an environment variable name."]
-                elif name.startswith(_RESERVED_ENV):
-                    errors[field] = [f"{name}: OBLETH_* and SLURM_* are set by obleth and Slurm."]
-                elif isinstance(item, Mapping | list | bool) or item is None:
-                    errors[field] = [f"Give {name} one value (text or a number)."]
-                elif problem := value_problem(str(item)):
-                    errors[field] = [f"{name} {problem}"]
-                else:
-                    env[name] = str(item)
-        elif target is not None:
-            out[target] = value
-    if request.script is not None:
-        out["script_body"] = request.script
-    if request.inputs:
-        out["inputs"] = dict(request.inputs)
-    return out, env
-
-
-def _request_key(key: str) -> str:
-    base, dot, rest = key.partition(".")
-    if base == "script_body":
-        return "script"
-    if base in _SPEC_TO_REQUEST:
-        return f"overrides.{_SPEC_TO_REQUEST[base]}"
-    if base == "target_replicas":
-        return "overrides.replicas"
-    return key
-
-
-def _renamed(exc: ValidationError) -> ValidationError:
-    if not hasattr(exc, "error_dict"):
-        return exc
-    out: dict[str, list[str]] = {}
-    for key, messages in exc.message_dict.items():
-        out.setdefault(_request_key(key), []).extend(messages)
-    return ValidationError(out)
-
-
-# ----------------------------------------------------------------------------- past launches
-
-
-def _minutes(text: str) -> int | None:
-    from provisioner.slurm.convert import parse_time_limit
-
-    try:
-        return parse_time_limit(text) if text.strip() else None
-    except ValueError:
-        return None
-
-
-def _mb(text: str) -> int | None:
-    from provisioner.slurm.convert import parse_memory_mb
-
-    try:
-        return parse_memory_mb(text) if text.strip() else None
-    except ValueError:
-        return None
-
-
-def _past_launches(
-    recipe: Recipe | None, library: str | None, name: str
-) -> list[learned.PastLaunch]:
-    """The recipe's launches, newest first (a saved recipe by id; a library one by the models
-    deployed from it)."""
-    if recipe is not None:
-        models = ManagedSpec.objects.filter(recipe=recipe).values_list("model_id", flat=True)
-        query = Q(recipe_id=recipe.pk) | Q(model_id__in=list(models))
-    else:
-        same = Q(launcher_spec__recipe__id=None, launcher_spec__recipe__name=name)
-        if library:
-            same |= Q(launcher_spec__recipe__library=library)
-        models = ManagedSpec.objects.filter(same).values_list("model_id", flat=True)
-        query = Q(model_id__in=list(models))
-    rows = list(Launch.objects.filter(query).order_by("-submitted_at")[: learned.RECENT])
-    messages = dict(
-        Replica.objects.filter(id__in=[r.id for r in rows]).values_list("id", "last_message")
-    )
-    out = []
-    for row in rows:
-        live = messages.get(row.id, "")
-        pending = (
-            live.split("—", 1)[1].strip() if live.startswith("PENDING") and "—" in live else ""
-        )
-        if not pending and row.started_at is None:
-            pending = row.end_reason
-        out.append(
-            learned.PastLaunch(
-                submitted_at=row.submitted_at,
-                partition=row.partition,
-                account=row.account,
-                qos=row.qos,
-                time_limit_minutes=_minutes(row.time_limit),
-                mem_mb=_mb(row.mem),
-                nodes_requested=row.nodes_requested,
-                exclude=row.exclude,
-                nodes=tuple(n for n in row.nodes.split(",") if n),
-                started_at=row.started_at,
-                healthy_at=row.healthy_at,
-                ended_at=row.ended_at,
-                end_state=row.end_state,
-                pending_reason=pending,
-            )
-        )
-    return out
-
-
-# ----------------------------------------------------------------------------- plan
-
-
-def _source_of(request: DeployRequest) -> tuple[str, Recipe | None, dict[str, Any]]:
-    if request.hf_repo:
-        raise ValidationError(
-            {
-                "hf_repo": [
-                    "Deploying from Hugging Face is not available yet: pick a library recipe "
-                    "(library: test-engine, llamacpp-smollm2, vllm...) or a saved one."
-                ]
-            }
-        )
-    if request.recipe_text is not None:
-        try:
-            parsed = parse_recipe(request.recipe_text)
-        except RecipeError as exc:
-            raise ValidationError({"recipe": [str(exc)]}) from None
-        return (
-            request.recipe_text,
-            None,
-            {
-                "kind": "file",
-                "file": request.recipe_file,
-                "name": parsed.name,
-            },
-        )
-    if request.recipe:
-        try:
-            row = Recipe.objects.filter(pk=uuid.UUID(str(request.recipe))).first()
-        except ValueError:
-            row = None
-        if row is None:
-            raise ValidationError(
-                {
-                    "recipe": [
-                        f"No saved recipe {request.recipe!r} (GET /api/v1/recipes lists them)."
-                    ]
-                }
-            )
-        return row.body, row, {"kind": "saved", "id": str(row.pk), "name": row.name}
-    item = find_library_recipe(request.library or "")
-    if item is None:
-        raise ValidationError(
-            {"library": [f"No library recipe {request.library!r} (GET /api/v1/recipes/library)."]}
-        )
-    if item.error:
-        raise ValidationError({"library": [item.error]})
-    return item.text, None, {"kind": "library", "library": item.slug, "name": item.name}
-
-
 def _ask(spec: ManagedSpec) -> checks.Ask:
     from provisioner.slurm.convert import expand_nodelist
 
@@ -525,11 +160,11 @@ def _ask(spec: ManagedSpec) -> checks.Ask:
         partition=spec.partition.strip(),
         account=spec.account.strip(),
         qos=spec.qos.strip(),
-        time_limit_minutes=_minutes(spec.time_limit),
+        time_limit_minutes=reads.minutes(spec.time_limit),
         nodes=max(1, spec.nodes),
         gpus=checks.node_gpus(spec.gres),
         cpus=spec.cpus_per_task or 1,
-        mem_mb=_mb(spec.mem),
+        mem_mb=reads.mb(spec.mem),
         constraints=spec.constraints.strip(),
         exclude=tuple(excluded),
     )
@@ -569,32 +204,27 @@ def plan_deployment(
     discover: Callable[[SlurmSettings], dict[str, Any]] | None = None,
 ) -> Review:
     """The review of a deploy: see the module docstring. Writes nothing."""
-    from provisioner.plan import job_name_for
-    from provisioner.slurm.adapters import get_adapter
-    from provisioner.slurm.errors import SlurmConfigError
-    from provisioner.submission import SECRET_ENV_NAMES, build_submission
-
     slurm = slurm or SlurmSettings.load()
-    text, row, source = _source_of(request)
-    parsed = parse_recipe(text)  # _source_of returns only valid documents
+    text, row, source = reads.recipe_of(request)
+    parsed = parse_recipe(text)  # recipe_of returns only valid documents
     errors: dict[str, list[str]] = {}
-    overrides, env = _spec_overrides(request, errors)
-    if request.save_as_recipe is not None:
-        if not _RECIPE_NAME.match(request.save_as_recipe.strip() or ""):
-            errors["save_as_recipe"] = ["Give the recipe a name of 1 to 200 printable characters."]
-        elif Recipe.objects.filter(name=request.save_as_recipe.strip()).exists():
-            errors["save_as_recipe"] = [
-                f"A recipe named {request.save_as_recipe.strip()!r} already exists; choose "
-                "another name."
-            ]
+    overrides, env = spec_overrides(request, errors)
+    if (
+        request.save_as_recipe is not None
+        and Recipe.objects.filter(name=request.save_as_recipe.strip()).exists()
+    ):
+        errors["save_as_recipe"] = [
+            f"A recipe named {request.save_as_recipe.strip()!r} already exists; choose "
+            "another name."
+        ]
     if errors:
         raise ValidationError(errors)
 
-    resources, age = cached_resources(slurm, discover=discover)
+    resources, age = reads.cached_resources(slurm, discover=discover)
     cluster = checks.cluster_from_resources(resources)
 
     # Learned: account and QoS every recent launch used, where the request gives none.
-    history = _past_launches(row, source.get("library"), parsed.name)
+    history = reads.past_launches(row, source.get("library"), parsed.name)
     found = learned.suggestions(history)
     learned_fields: set[str] = set()
     written, _ = lift_sbatch(request.script if request.script is not None else parsed.script)
@@ -628,16 +258,16 @@ def plan_deployment(
             extra_env=env,
         )
     except ValidationError as exc:
-        renamed = _renamed(exc)
+        renamed_error = renamed(exc)
         names = sorted(str(p.get("name")) for p in partitions if p.get("name"))
-        if names and "overrides.partition" in renamed.message_dict:
-            messages = renamed.message_dict
+        if names and "overrides.partition" in renamed_error.message_dict:
+            messages = renamed_error.message_dict
             messages["overrides.partition"] = [
                 *messages["overrides.partition"],
                 f"Partitions on the cluster: {', '.join(names)}.",
             ]
             raise ValidationError(messages) from None
-        raise renamed from None
+        raise renamed_error from None
     launcher = dict(spec.launcher_spec or {})
     launcher["recipe"] = {**launcher.get("recipe", {}), **source}
     launcher["sources"] = {
@@ -681,65 +311,13 @@ def plan_deployment(
     refusals: dict[str, list[str]] = {}
     for verdict in verdicts:
         if verdict.refused:
-            refusals.setdefault(_request_key(verdict.field), []).append(verdict.message)
+            refusals.setdefault(request_key(verdict.field), []).append(verdict.message)
     warnings = [str(w) for w in launcher.get("warnings", [])]
     warnings += [v.message for v in verdicts if v.status == checks.WARNING]
 
-    # The exact submit body, for the API version the connection uses.
-    version = slurm.effective_api_version or str(resources.get("api_version") or "")
-    job_name = job_name_for(settings.OBLETH_PROVISIONER_JOB_PREFIX, model.name, uuid.UUID(int=0))
-    notes = [
-        "The job name ends with the replica's id (shown as zeros), chosen when it is submitted.",
-        f"The port window shown is the first one ({spec.serving_port}-"
-        f"{spec.serving_port + settings.OBLETH_PORT_SPAN - 1}); each replica gets the first "
-        "free window from serving_port.",
-    ]
-    slurm_answer: dict[str, Any]
-    script = ""
-    if not version:
-        slurm_answer = {
-            "api_version": "",
-            "path": "",
-            "body": None,
-            "reason": "The slurmrestd API version is not known yet: test the Slurm connection "
-            "(or set api_version) to see the exact body.",
-        }
-    else:
-        adapter = get_adapter(version)
-        submission = build_submission(
-            spec=spec,
-            slurm=slurm,
-            job_name=job_name,
-            port_base=spec.serving_port,
-            port_span=settings.OBLETH_PORT_SPAN,
-            client=_DiscoveryClient(adapter, cluster),  # type: ignore[arg-type]
-        )
-        script = submission.script
-        try:
-            body = adapter.build_submit_body(submission)
-        except SlurmConfigError as exc:
-            field = "overrides.exclude" if "exclude" in str(exc) else "overrides"
-            refusals.setdefault(field, []).append(f"Slurm will refuse this job: {exc}.")
-            body = None
-        if body is not None:
-            body = _masked(body, SECRET_ENV_NAMES)
-        slurm_answer = {
-            "api_version": adapter.version,
-            "path": adapter.submit_path(),
-            "body": body,
-            "reason": "",
-        }
-    if not script:
-        from provisioner.script import render_batch_script
-
-        script = render_batch_script(
-            script_body=spec.script_body,
-            image="",
-            preamble="",
-            launch_command="",
-            port_base=spec.serving_port,
-            port_span=settings.OBLETH_PORT_SPAN,
-        )
+    slurm_answer, script, notes = _submit_body(
+        spec, slurm, model.name, str(resources.get("api_version") or ""), cluster, refusals
+    )
 
     inputs = {
         name: {
@@ -783,6 +361,81 @@ def plan_deployment(
             raise ValidationError({"save_as_recipe": exc.messages}) from None
         review.saved_recipe = {"name": request.save_as_recipe.strip(), "body": saved_body}
     return review
+
+
+def _submit_body(
+    spec: ManagedSpec,
+    slurm: SlurmSettings,
+    model_name: str,
+    discovered_version: str,
+    cluster: checks.Cluster,
+    refusals: dict[str, list[str]],
+) -> tuple[dict[str, Any], str, list[str]]:
+    """(the slurmrestd submit for the connection's API version, the job script, notes).
+
+    Built by :func:`provisioner.submission.build_submission` and the version's adapter, the
+    same calls the provisioner makes; a body the adapter refuses adds a refusal."""
+    from provisioner.plan import job_name_for
+    from provisioner.slurm.adapters import get_adapter
+    from provisioner.slurm.errors import SlurmConfigError
+    from provisioner.submission import SECRET_ENV_NAMES, build_submission
+
+    # The exact submit body, for the API version the connection uses.
+    version = slurm.effective_api_version or discovered_version
+    job_name = job_name_for(settings.OBLETH_PROVISIONER_JOB_PREFIX, model_name, uuid.UUID(int=0))
+    notes = [
+        "The job name ends with the replica's id (shown as zeros), chosen when it is submitted.",
+        f"The port window shown is the first one ({spec.serving_port}-"
+        f"{spec.serving_port + settings.OBLETH_PORT_SPAN - 1}); each replica gets the first "
+        "free window from serving_port.",
+    ]
+    slurm_answer: dict[str, Any]
+    script = ""
+    if not version:
+        slurm_answer = {
+            "api_version": "",
+            "path": "",
+            "body": None,
+            "reason": "The slurmrestd API version is not known yet: test the Slurm connection "
+            "(or set api_version) to see the exact body.",
+        }
+    else:
+        adapter = get_adapter(version)
+        submission = build_submission(
+            spec=spec,
+            slurm=slurm,
+            job_name=job_name,
+            port_base=spec.serving_port,
+            port_span=settings.OBLETH_PORT_SPAN,
+            client=reads.DiscoveryClient(adapter, cluster),  # type: ignore[arg-type]
+        )
+        script = submission.script
+        try:
+            body = adapter.build_submit_body(submission)
+        except SlurmConfigError as exc:
+            field = "overrides.exclude" if "exclude" in str(exc) else "overrides"
+            refusals.setdefault(field, []).append(f"Slurm will refuse this job: {exc}.")
+            body = None
+        if body is not None:
+            body = _masked(body, SECRET_ENV_NAMES)
+        slurm_answer = {
+            "api_version": adapter.version,
+            "path": adapter.submit_path(),
+            "body": body,
+            "reason": "",
+        }
+    if not script:
+        from provisioner.script import render_batch_script
+
+        script = render_batch_script(
+            script_body=spec.script_body,
+            image="",
+            preamble="",
+            launch_command="",
+            port_base=spec.serving_port,
+            port_span=settings.OBLETH_PORT_SPAN,
+        )
+    return slurm_answer, script, notes
 
 
 def _masked(body: Any, secret_names: frozenset[str]) -> Any:
@@ -887,7 +540,7 @@ def deploy(
             {"save_as_recipe": ["A recipe with that name already exists; choose another name."]}
         ) from None
     except ValidationError as exc:
-        raise _renamed(exc) from None
+        raise renamed(exc) from None
     record_action(
         "deploy",
         app_label="core",
