@@ -30,8 +30,21 @@ id), ``library`` (a library file's slug) or ``hf_repo`` (not available yet), ``i
 the caller checks ``core.change_launch_script``), ``dry_run`` and ``save_as_recipe`` (a name).
 
 Sources: ``recipe`` (the recipe's header or its ``#SBATCH`` lines), ``cluster default`` (the
-Slurm connection's Cluster defaults), ``learned`` (every recent launch of the recipe used it),
-``you`` (the request), ``not set`` (Slurm's own default applies).
+Slurm connection's Cluster defaults, or the cluster's default partition when nothing names
+one), ``learned`` (every recent launch of the recipe used it), ``you`` (the request),
+``not set`` (Slurm's own default applies).
+
+For a form (the admin deploy page): build a :class:`DeployRequest` from the form's fields (or
+``request_from_data`` from its YAML/JSON), call ``plan_deployment`` for the Review step and
+show ``Review.as_dict()``: ``values``/``inputs`` (value + source per field), ``checks`` (the
+partition's fit and idle fitting nodes are in the ``facts`` of the fit check; ``valid`` lists
+what a refused field accepts), ``suggestions`` (each with ``evidence`` and the ``apply``
+overrides to merge when picked), ``script`` and ``slurm.body`` side by side, ``warnings``,
+``save_as_recipe`` (the document "Also save as recipe" writes). Launch calls ``deploy`` with
+the same request; ``deployment_stage(model)`` says ``staged`` or ``serving`` afterwards. The
+caller checks permissions (``core.deploy``; ``core.change_launch_script`` for ``script``;
+``core.add_recipe`` for ``save_as_recipe``), as :class:`obleth.api.deploy.DeployPermission` does.
+Library recipes are listed by :func:`obleth.core.recipes.library_recipes`.
 """
 
 from __future__ import annotations
