@@ -5,6 +5,7 @@ Part of the deploy service (:mod:`obleth.core.deploy_service`, its interface).""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Callable
@@ -24,6 +25,7 @@ __all__ = [
     "DISCOVERY_MAX_AGE",
     "DiscoveryClient",
     "cached_resources",
+    "from_hugging_face",
     "mb",
     "minutes",
     "past_launches",
@@ -155,16 +157,39 @@ def past_launches(
 # ----------------------------------------------------------------------------- plan
 
 
-def recipe_of(request: DeployRequest) -> tuple[str, Recipe | None, dict[str, Any]]:
-    if request.hf_repo:
+def from_hugging_face(request: DeployRequest, token: str) -> tuple[DeployRequest, dict[str, Any]]:
+    """A request naming ``hf_repo`` turned into one naming the library recipe preselected for the
+    repo's files (its ``model`` input set to the repo unless the request gives it), and what the
+    hub said. A repo the hub cannot read, or no recipe for its engines, is a ValidationError on
+    ``hf_repo`` saying why: then the operator picks the recipe by hand."""
+    from obleth.core.deploy_hf import read_repo
+
+    assert request.hf_repo is not None
+    repo = read_repo(request.hf_repo, token=token)
+    choice = repo.preselected
+    if repo.error or choice is None:
+        engines = ", ".join(e.engine for e in repo.engines) or "none found"
+        why = repo.error or f"no library recipe takes this repo (engines: {engines})"
         raise ValidationError(
             {
                 "hf_repo": [
-                    "Deploying from Hugging Face is not available yet: pick a library recipe "
-                    "(library: test-engine, llamacpp-smollm2, vllm...) or a saved one."
+                    f"{request.hf_repo}: {why}. Enter the engine by hand: pick a library recipe "
+                    "(library: vllm, sglang, ollama, llamacpp-smollm2...) and give its inputs."
                 ]
             }
         )
+    changed = dataclasses.replace(
+        request,
+        hf_repo=None,
+        library=choice.library,
+        inputs={**choice.inputs, **dict(request.inputs)},
+    )
+    return changed, repo.as_dict()
+
+
+def recipe_of(request: DeployRequest) -> tuple[str, Recipe | None, dict[str, Any]]:
+    if request.hf_repo:
+        raise ValidationError({"hf_repo": ["Resolve hf_repo first (from_hugging_face)."]})
     if request.recipe_text is not None:
         try:
             parsed = parse_recipe(request.recipe_text)

@@ -25,7 +25,8 @@ Interface
     audited (the rows are saved inside the request; a ``deploy`` action line is added).
 
 Request fields: ``name`` (the model name clients send), one of ``recipe`` (a saved recipe's
-id), ``library`` (a library file's slug) or ``hf_repo`` (not available yet), ``inputs``
+id), ``library`` (a library file's slug) or ``hf_repo`` (a Hugging Face repo id: the library
+recipe for its files is preselected, :mod:`obleth.core.deploy_hf`), ``inputs``
 (input name -> value), ``overrides`` (:data:`OVERRIDES`), ``script`` (an edited batch script;
 the caller checks ``core.change_launch_script``), ``dry_run`` and ``save_as_recipe`` (a name).
 
@@ -218,7 +219,12 @@ def plan_deployment(
 ) -> Review:
     """The review of a deploy: see the module docstring. Writes nothing."""
     slurm = slurm or SlurmSettings.load()
+    hub: dict[str, Any] | None = None
+    if request.hf_repo:
+        request, hub = reads.from_hugging_face(request, slurm.hf_token)
     text, row, source = reads.recipe_of(request)
+    if hub is not None:
+        source = {**source, "kind": "hugging face", "hf_repo": hub["repo_id"], "hub": hub}
     parsed = parse_recipe(text)  # recipe_of returns only valid documents
     errors: dict[str, list[str]] = {}
     overrides, env = spec_overrides(request, errors)
@@ -282,7 +288,10 @@ def plan_deployment(
             raise ValidationError(messages) from None
         raise renamed_error from None
     launcher = dict(spec.launcher_spec or {})
-    launcher["recipe"] = {**launcher.get("recipe", {}), **source}
+    launcher["recipe"] = {
+        **launcher.get("recipe", {}),
+        **{k: v for k, v in source.items() if k != "hub"},
+    }
     launcher["sources"] = {
         **launcher.get("sources", {}),
         **dict.fromkeys(learned_fields, "learned"),
