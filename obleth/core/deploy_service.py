@@ -324,9 +324,16 @@ def plan_deployment(
         idle_elsewhere=idle_elsewhere,
     )
     suggestions = [
-        {**s.as_dict(), "applied": s.field in learned_fields}
+        {
+            **s.as_dict(),
+            # prefilled, or picked: sent back as the overrides it applies
+            "applied": s.field in learned_fields
+            or all(request.overrides.get(k) == v for k, v in s.apply.items()),
+        }
         for s in found
-        if not (s.prefill and s.field in request.overrides)
+        if not (
+            s.prefill and s.field in request.overrides and request.overrides[s.field] != s.value
+        )
     ]
 
     verdicts = checks.check_request(ask, cluster)

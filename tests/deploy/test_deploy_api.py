@@ -421,6 +421,14 @@ def test_learned_account_is_prefilled_and_other_suggestions_wait(
     )
     assert walltime["apply"] == {"time_limit": "4:00:00"}
     assert data["values"]["time_limit"]["value"] != "4:00:00"  # not applied until picked
+    assert walltime["applied"] is False
+    chosen = admin.post(
+        URL,
+        body(name="next", overrides={"partition": "gpu", **walltime["apply"]}),
+        format="json",
+    ).json()
+    assert chosen["values"]["time_limit"] == {"value": "4:00:00", "source": "you"}
+    assert next(s for s in chosen["suggestions"] if s["field"] == "time_limit")["applied"] is True
     picked = admin.post(
         URL, body(name="next", overrides={"partition": "gpu", "account": "ops"}), format="json"
     ).json()
