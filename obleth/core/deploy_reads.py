@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 DISCOVERY_MAX_AGE = 60  # seconds a discovery answer is reused for reviews
+REVIEW_READ_TIMEOUT = 5.0  # seconds per slurmrestd read while a review waits
 _CACHE_KEY = "obleth:deploy:resources"
 
 
@@ -61,7 +62,7 @@ def cached_resources(
                 "age_seconds": round(age, 1),
                 "cached": True,
             }
-    data = (discover or discover_resources)(slurm)
+    data = discover(slurm) if discover else discover_resources(slurm, timeout=REVIEW_READ_TIMEOUT)
     if slurm.enabled:  # a disabled connection answers at once; nothing worth keeping
         cache.set(key, {"fetched_at": now.isoformat(), "data": data}, max_age)
     return data, {"fetched_at": now.isoformat(), "age_seconds": 0.0, "cached": False}

@@ -67,7 +67,7 @@ def slurm_on(monkeypatch: pytest.MonkeyPatch) -> SlurmSettings:
     slurm.save()
     calls: list[int] = []
 
-    def fake(settings_row: SlurmSettings) -> dict[str, Any]:
+    def fake(settings_row: SlurmSettings, **options: Any) -> dict[str, Any]:
         calls.append(1)
         return cluster()
 
@@ -207,7 +207,7 @@ def test_no_partition_anywhere_takes_the_clusters_default(
     )
     data = cluster()
     data["partitions"][1]["is_default"] = True
-    monkeypatch.setattr("obleth.core.services.discover_resources", lambda s: data)
+    monkeypatch.setattr("obleth.core.services.discover_resources", lambda s, **kw: data)
     cache.clear()
     review = admin.post(URL, request, format="json").json()
     assert review["values"]["partition"] == {"value": "cpu", "source": "cluster default"}

@@ -69,7 +69,7 @@ def test_discovery_carries_qos_limits_to_the_walltime_check(
             return httpx.Response(200, json={"nodes": [{"name": "n1", "cpus": 4}]})
         return httpx.Response(200, json={path.rsplit("/", 1)[1]: []})
 
-    def client(settings: Any, api_version: str | None = None) -> SlurmClient:
+    def client(settings: Any, api_version: str | None = None, **options: Any) -> SlurmClient:
         return SlurmClient(
             "http://slurm.invalid:6820",
             "obleth",
