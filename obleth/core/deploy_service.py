@@ -565,6 +565,11 @@ def deploy(
                 review.spec.launcher_spec = launcher
             save_deploy(review.model, review.spec)
     except IntegrityError:
+        taken = request.save_as_recipe is not None and (
+            Recipe.objects.filter(name=request.save_as_recipe.strip()).exists()
+        )
+        if not taken:
+            raise
         raise ValidationError(
             {"save_as_recipe": ["A recipe with that name already exists; choose another name."]}
         ) from None
