@@ -51,7 +51,7 @@ import math
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +64,7 @@ from obleth.core.choices import HostingMode, ModelType
 from obleth.core.recipe_shell import OTHER, ShellValues, token_contexts, value_problem
 
 if TYPE_CHECKING:
-    from obleth.core.models import Model, Recipe, SlurmSettings
+    from obleth.core.models import ManagedSpec, Model, Recipe, SlurmSettings
 
 __all__ = [
     "BUILTIN_TOKENS",
@@ -85,7 +85,9 @@ __all__ = [
     "lift_sbatch",
     "lift_sbatch_lines",
     "parse_recipe",
+    "prepare_deploy",
     "render",
+    "save_deploy",
     "strip_sbatch",
     "validate_inputs",
 ]
@@ -1528,7 +1530,46 @@ def deploy(
     cluster: SlurmSettings | Mapping[str, Any] | ClusterDefaults | None,
     recipe: Recipe | None = None,
 ) -> Model:
-    """Create a Slurm-hosted model and its managed spec from a recipe, in one transaction.
+    """Create a Slurm-hosted model and its managed spec from a recipe, in one transaction
+    (:func:`prepare_deploy`, then both rows saved)."""
+    model, spec = prepare_deploy(
+        recipe_text=recipe_text,
+        model_name=model_name,
+        overrides=overrides,
+        cluster=cluster,
+        recipe=recipe,
+    )
+    save_deploy(model, spec)
+    return model
+
+
+def save_deploy(model: Model, spec: ManagedSpec) -> None:
+    """Save what :func:`prepare_deploy` built, atomically; a taken name is a ValidationError."""
+    from obleth.core.models import Model as ModelRow
+
+    try:
+        with transaction.atomic():
+            model.save()
+            spec.model = model
+            spec.save(force_insert=True)
+    except IntegrityError:
+        if ModelRow.objects.filter(name=model.name).exists():
+            raise ValidationError(
+                {"name": [f"A model named {model.name!r} already exists; choose another name."]}
+            ) from None
+        raise
+
+
+def prepare_deploy(
+    *,
+    recipe_text: str,
+    model_name: str,
+    overrides: Mapping[str, Any],
+    cluster: SlurmSettings | Mapping[str, Any] | ClusterDefaults | None,
+    recipe: Recipe | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> tuple[Model, ManagedSpec]:
+    """The model and managed spec a deploy would create, checked (full_clean) but not saved.
 
     The spec's script_body is the script rendered in strict mode. Placement comes from, lowest
     first: the recipe header, the script's ``#SBATCH`` directives, then ``overrides`` (partition,
@@ -1548,6 +1589,8 @@ def deploy(
         parsed = parse_recipe(recipe_text)
     except RecipeError as exc:
         raise ValidationError({"recipe": [str(exc)]}) from None
+    if extra_env:  # checked by the caller (names and values); exported like the header's env
+        parsed = replace(parsed, env={**parsed.env, **extra_env})
     if not isinstance(overrides, Mapping):
         raise ValidationError({"overrides": ["Give the deploy settings as a mapping."]})
 
@@ -1675,15 +1718,4 @@ def deploy(
                 errors.setdefault(key, []).extend(messages)
     if errors:
         raise ValidationError(errors)
-    try:
-        with transaction.atomic():
-            model.save()
-            spec.model = model
-            spec.save(force_insert=True)
-    except IntegrityError:
-        if Model.objects.filter(name=name).exists():
-            raise ValidationError(
-                {"name": [f"A model named {name!r} already exists; choose another name."]}
-            ) from None
-        raise
-    return model
+    return model, spec

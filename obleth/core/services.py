@@ -509,8 +509,11 @@ class SlurmClientLike(Protocol):
     def discover(self) -> Any: ...
 
 
-def make_slurm_client(settings: SlurmSettings, api_version: str | None = None) -> SlurmClientLike:
-    """The Slurm client for the stored connection (tests replace this to fake slurmrestd)."""
+def make_slurm_client(
+    settings: SlurmSettings, api_version: str | None = None, **options: Any
+) -> SlurmClientLike:
+    """The Slurm client for the stored connection (tests replace this to fake slurmrestd).
+    ``options`` go to the client (``timeout`` seconds per read, for a caller that waits)."""
     from provisioner.slurm.client import SlurmClient
 
     client: SlurmClientLike = SlurmClient(
@@ -518,6 +521,7 @@ def make_slurm_client(settings: SlurmSettings, api_version: str | None = None) -
         settings.user,
         settings.jwt,
         (api_version if api_version is not None else settings.effective_api_version) or None,
+        **options,
     )
     return client
 
@@ -645,11 +649,14 @@ def empty_resources(reason: str) -> dict[str, Any]:
     }
 
 
-def discover_resources(settings: SlurmSettings | None = None) -> dict[str, Any]:
+def discover_resources(
+    settings: SlurmSettings | None = None, *, timeout: float | None = None
+) -> dict[str, Any]:
     """Partitions, nodes, accounts, QoS and associations, best effort, never raising.
 
     With Slurm disabled or unconfigured the answer is empty with a ``reason``. A part the
-    client could not read is an empty list with its reason under ``errors``.
+    client could not read is an empty list with its reason under ``errors``. ``timeout``: seconds
+    per read (the deploy review waits less than the client's default for a stalled slurmrestd).
     """
     settings = settings or SlurmSettings.load()
     if not settings.enabled:
@@ -657,7 +664,10 @@ def discover_resources(settings: SlurmSettings | None = None) -> dict[str, Any]:
     if not settings.slurmrestd_url:
         return empty_resources("No slurmrestd URL is configured.")
     try:
-        with _closing(make_slurm_client(settings)) as client:
+        options: dict[str, Any] = (
+            {"timeout": timeout, "connect_timeout": min(timeout, 5.0)} if timeout else {}
+        )
+        with _closing(make_slurm_client(settings, None, **options)) as client:
             found = client.discover()
     except Exception as exc:
         answer = empty_resources(f"cluster discovery failed: {_safe_error(exc, settings)}")
@@ -680,6 +690,13 @@ def discover_resources(settings: SlurmSettings | None = None) -> dict[str, Any]:
         elif value is not None:
             errors.setdefault(part, "slurmrestd gave an unexpected answer")
     answer["errors"] = errors
+    limits = data.get("qos_limits")
+    if isinstance(limits, list) and "qos" not in errors:  # QoS -> MaxWall, for deploy checks
+        answer["qos_limits"] = {
+            str(row[0]): {"max_wall_minutes": row[1]}
+            for row in limits
+            if isinstance(row, list) and len(row) == 2
+        }
     answer["api_version"] = str(data.get("api_version") or "")
     answer["reason"] = "" if not errors else "some parts could not be read (see errors)"
     return answer

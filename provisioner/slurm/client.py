@@ -488,6 +488,11 @@ class SlurmClient:
         adapter = self.adapter
         return self._slurmdb("QoS", adapter.qos_path(), "qos", adapter.parse_qos)
 
+    def qos_limits(self) -> SlurmdbResult[tuple[str, int | None]]:
+        """Each QoS with its MaxWall per job in minutes (None: no limit)."""
+        adapter = self.adapter
+        return self._slurmdb("QoS", adapter.qos_path(), "qos", adapter.parse_qos_limits)
+
     def associations(self) -> SlurmdbResult[AssociationInfo]:
         adapter = self.adapter
         return self._slurmdb(
@@ -524,7 +529,12 @@ class SlurmClient:
         nodes = part("nodes", self.nodes, no_nodes)
         empty_names: SlurmdbResult[str] = SlurmdbResult()
         accounts = part("accounts", self.accounts, empty_names)
-        qos = part("qos", self.qos, empty_names)
+        empty_limits: SlurmdbResult[tuple[str, int | None]] = SlurmdbResult()
+        limits = part("qos", self.qos_limits, empty_limits)
+        qos = SlurmdbResult(
+            items=tuple(name for name, _ in limits.items),
+            unavailable_reason=limits.unavailable_reason,
+        )
         empty_associations: SlurmdbResult[AssociationInfo] = SlurmdbResult()
         associations = part("associations", self.associations, empty_associations)
         for name, result in (("accounts", accounts), ("qos", qos), ("associations", associations)):
@@ -538,6 +548,7 @@ class SlurmClient:
             nodes=tuple(nodes),
             accounts=tuple(sorted(account_names)),
             qos=tuple(sorted(qos_names)),
+            qos_limits=limits.items if limits.available and "qos" not in errors else None,
             associations=associations.items,
             errors=errors,
         )

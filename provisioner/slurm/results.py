@@ -39,3 +39,5 @@ class ClusterResources:
     qos: tuple[str, ...] = ()
     associations: tuple[AssociationInfo, ...] = ()
     errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # (QoS, MaxWall per job in minutes or None) when slurmdbd data was read; None otherwise.
+    qos_limits: tuple[tuple[str, int | None], ...] | None = None

@@ -380,13 +380,13 @@ def test_an_operator_deploys_a_library_recipe_but_cannot_rewrite_its_script() ->
     body = {
         "name": "demo-deployed",
         "library": "test-engine",
-        "overrides": {"partition": "debug", "target_replicas": 1},
+        "overrides": {"partition": "debug", "replicas": 1},
     }
     answer = operator.post(url, body, format="json")
     assert answer.status_code == 201, answer.content
     spec = ManagedSpec.objects.get(model__name="demo-deployed")
     assert spec.script_body and spec.target_replicas == 1
-    edited = {**body, "name": "demo-2", "overrides": {"script_body": "#!/bin/bash\nid\n"}}
+    edited = {**body, "name": "demo-2", "script": "#!/bin/bash\nid\n"}
     refused = operator.post(url, edited, format="json")
     assert refused.status_code == 403
     assert "core.change_launch_script" in refused.json()["error"]
@@ -397,6 +397,6 @@ def test_an_operator_deploys_a_library_recipe_but_cannot_rewrite_its_script() ->
     bad = operator.post(url, {**body, "name": "demo-4", "library": "../etc/passwd"}, format="json")
     assert bad.status_code == 400 and "library" in bad.json()["fields"]
     both = operator.post(
-        url, {"name": "x", "library": "vllm", "recipe_id": str(uuid.uuid4())}, format="json"
+        url, {"name": "x", "library": "vllm", "recipe": str(uuid.uuid4())}, format="json"
     )
     assert both.status_code == 400

@@ -487,6 +487,23 @@ class SlurmAdapter:
     def parse_qos(self, body: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(sorted({str(q.get("name")) for q in _records(body, "qos") if q.get("name")}))
 
+    def parse_qos_limits(self, body: Mapping[str, Any]) -> tuple[tuple[str, int | None], ...]:
+        """(QoS, MaxWall per job in minutes or None for none) for every QoS of the answer.
+
+        ``limits.max.wall_clock.per.job``: a bare integer (dbv0.0.38) or a
+        ``{set, infinite, number}`` struct (v0.0.40 and later)."""
+        out: dict[str, int | None] = {}
+        for record in _records(body, "qos"):
+            name = str(record.get("name") or "")
+            if not name:
+                continue
+            found: object = record.get("limits")
+            for key in ("max", "wall_clock", "per", "job"):
+                found = found.get(key) if isinstance(found, Mapping) else None
+            minutes = number(found)
+            out[name] = minutes if minutes is not None and minutes > 0 else None
+        return tuple(sorted(out.items()))
+
     def parse_associations(self, body: Mapping[str, Any]) -> tuple[AssociationInfo, ...]:
         seen: dict[AssociationInfo, None] = {}
         for record in _records(body, "associations"):
