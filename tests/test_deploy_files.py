@@ -55,6 +55,7 @@ REQUIRED = {
 UNITS = (
     "obleth-migrate.service",
     "obleth-web.service",
+    "obleth-gateway.service",
     "obleth-worker.service",
     "obleth-beat.service",
     "obleth-provisioner.service",
@@ -443,7 +444,7 @@ def compose() -> dict[str, Any]:
 
 def test_compose_services() -> None:
     services = compose()["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "beat", "loop"}
+    assert set(services) == {"postgres", "redis", "migrate", "web", "gateway", "worker", "beat", "loop"}
     assert services["redis"]["profiles"] == ["celery"]
     assert services["worker"]["profiles"] == ["celery"]
     assert services["beat"]["profiles"] == ["celery"]
@@ -451,7 +452,7 @@ def test_compose_services() -> None:
     assert "profiles" not in services["web"] and "profiles" not in services["migrate"]
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert services["migrate"]["restart"] == "no"
-    for name in ("web", "worker", "beat", "loop"):
+    for name in ("web", "gateway", "worker", "beat", "loop"):
         cond = services[name]["depends_on"]["migrate"]["condition"]
         assert cond == "service_completed_successfully", name
     for name in ("worker", "beat"):
@@ -464,7 +465,7 @@ def test_compose_commands_are_entrypoint_roles(tmp_path: Path) -> None:
     services = compose()["services"]
     env = {**REQUIRED, "REDIS_URL": "redis://127.0.0.1:6379/0"}
     obleth = {n: s for n, s in services.items() if "build" in s}
-    assert set(obleth) == {"migrate", "web", "worker", "beat", "loop"}
+    assert set(obleth) == {"migrate", "web", "gateway", "worker", "beat", "loop"}
     for name, service in obleth.items():
         assert service["build"]["dockerfile"] == "docker/Dockerfile"
         assert (COMPOSE.parent / service["build"]["context"] / "docker/Dockerfile").is_file()

@@ -200,3 +200,21 @@ def test_probes_use_healthz_which_the_redirect_spares() -> None:
         assert container[probe]["httpGet"]["path"] == "/healthz"
     settings_text = (ROOT / "obleth" / "settings.py").read_text()
     assert 'SECURE_REDIRECT_EXEMPT = [r"^healthz$"]' in settings_text
+
+
+def test_the_gateway_is_its_own_deployment_and_the_ingress_sends_v1_to_it() -> None:
+    docs = render({"ingress": TLS_INGRESS, "gateway": {"replicas": 3, "workers": 2}})
+    deployment = docs["deployment-gateway.yaml"]
+    assert deployment["spec"]["replicas"] == 3
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["gateway"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["OBLETH_GATEWAY_BIND"] == "0.0.0.0:8001" and env["OBLETH_GATEWAY_WORKERS"] == "2"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    service = docs["service-gateway.yaml"]
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "gateway"
+    paths = docs["ingress.yaml"]["spec"]["rules"][0]["http"]["paths"]
+    by_path = {p["path"]: p["backend"]["service"]["name"] for p in paths}
+    assert by_path["/v1"] == service["metadata"]["name"]
+    assert by_path["/"] != by_path["/v1"]
