@@ -70,12 +70,14 @@ class Instance:
     def __init__(self, args: argparse.Namespace, db_url: str, redis: PrivateRedis) -> None:
         self.var = Path(tempfile.mkdtemp(prefix="obleth-soak-"))
         self.port = args.port or free_port()
+        self.gateway_port = free_port()
         self.prefix = args.prefix
         self.env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
         self.env.update(
             OBLETH_VENV=os.environ.get("OBLETH_VENV", str(Path(sys.executable).parents[1])),
             OBLETH_VAR_DIR=str(self.var),
             OBLETH_BIND=f"127.0.0.1:{self.port}",
+            OBLETH_GATEWAY_BIND=f"127.0.0.1:{self.gateway_port}",
             OBLETH_NO_DEMO="1",
             OBLETH_PROVISIONER_JOB_PREFIX=self.prefix,
             DATABASE_URL=db_url,
@@ -87,6 +89,19 @@ class Instance:
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def gateway(self) -> str:
+        """The /v1 gateway service scripts/run starts beside the web process."""
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    def demo_key(self) -> str | None:
+        """The gateway key scripts/run created for this instance (var/dev.env)."""
+        for line in (self.var / "dev.env").read_text().splitlines():
+            name, _, value = line.partition("=")
+            if name == "OBLETH_DEMO_GATEWAY_KEY":
+                return value
+        return None
 
     def start(self) -> None:
         with open(self.log_path, "wb") as out:
@@ -100,7 +115,7 @@ class Instance:
                 start_new_session=True,
             )
         deadline = time.monotonic() + 240
-        while not http_ok(self.base + "/healthz"):
+        while not (http_ok(self.base + "/healthz") and http_ok(self.gateway + "/healthz")):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.log_path.read_text(errors="replace")[-3000:]
                 raise SystemExit(f"scripts/run did not come up:\n{tail}")
@@ -155,7 +170,8 @@ def forget_instance() -> None:
     from obleth.core.models import SlurmSettings
 
     reset_rows()
-    SlurmSettings.objects.all().delete()
+    # Raw: deleting through the ORM would decrypt the old JWT first, with a key that is gone.
+    SlurmSettings.objects.all()._raw_delete(SlurmSettings.objects.db)
 
 
 class Load:
@@ -236,7 +252,11 @@ def sample(inst: Instance) -> Sample:
         endpoint["model_name"] = endpoint.pop("model__name")
         endpoints.append(endpoint)
     return Sample(
-        time.time(), jobs, replicas, endpoints, healthz_ok=http_ok(inst.base + "/healthz")
+        time.time(),
+        jobs,
+        replicas,
+        endpoints,
+        healthz_ok=http_ok(inst.base + "/healthz") and http_ok(inst.gateway + "/healthz"),
     )
 
 
@@ -440,7 +460,8 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
 
         duration = args.minutes * 60
         start = time.time()
-        load = Load(inst.base, models, args.threads, args.gateway_key, args.pause)
+        key = args.gateway_key or inst.demo_key()
+        load = Load(inst.gateway, models, args.threads, key, args.pause)
         chaos = Chaos(args, inst, redis)
         load.start()
         chaos_thread = threading.Thread(target=chaos.run, args=(checks, start, duration))

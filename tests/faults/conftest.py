@@ -97,6 +97,7 @@ def serving(transactional_db: Any, settings: Any) -> Iterator[Serving]:
     settings.OBLETH_PROVISIONER_HELD_ALERT_SECS = 1
     settings.OBLETH_MODEL_HEALTH_ENABLED = False
     settings.OBLETH_GATEWAY_ROUTE_CACHE_MS = 0
+    settings.OBLETH_GATEWAY_OPEN = True  # the gateway is closed by default (gateway keys)
     base = free_windows(3)
     engines = Child(
         [sys.executable, str(ROOT / "bench" / "_engines.py"), "--first", str(base), "--count",
@@ -112,8 +113,16 @@ def serving(transactional_db: Any, settings: Any) -> Iterator[Serving]:
             slurm.jwt = TOKEN
             slurm.api_version = "v0.0.38"
             slurm.save()
+            # The fake engines (one process for every window) cannot know each replica's key:
+            # they are proven by the model name they list, as Ollama replicas are.
             model = make_slurm_model(
-                spec={"target_replicas": 2, "serving_port": base, "health_path": "/health"}
+                upstream_model="bench-engine",
+                spec={
+                    "target_replicas": 2,
+                    "serving_port": base,
+                    "health_path": "/health",
+                    "launcher_spec": {"identity_check": "model-name"},
+                },
             )
             env = Serving(fake, model, prefix, base)
             env.passes_until_serving(2)
