@@ -41,6 +41,7 @@ from provisioner.domain import (
     Submit,
     UpdateMessage,
 )
+from provisioner.refusals import record_refusal
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.errors import SlurmConfigError, SlurmRejected
 from provisioner.submission import build_submission, submission_record
@@ -211,6 +212,7 @@ class Executor:
                     "ended_at": self.now(),
                 },
             )
+            record_refusal(self.client, action.replica_id, exc, spec.partition)  # whole answer
             spec.last_provision_error = f"Slurm refused the job: {reason}"
             ManagedSpec.objects.filter(pk=action.model_id).update(
                 last_provision_error=spec.last_provision_error,

@@ -26,6 +26,7 @@ from provisioner.codec import decode_action, encode_action
 from provisioner.domain import Action, CancelOrphan
 from provisioner.execute import ActionResult, Executor, WarmupDispatch
 from provisioner.observe import HoldPass, fingerprint, knobs_from_settings, observe
+from provisioner.observed import record_observation
 from provisioner.plan import plan
 from provisioner.resolve import get_resolver
 from provisioner.slurm.client import SlurmClient
@@ -226,6 +227,7 @@ def _pass(
     if dry_run:
         report.detail = f"dry run: {len(actions)} action(s) planned"
         return report
+    record_observation(observation, now)  # probe outcomes and Slurm reasons, for the admin
 
     by_model: dict[uuid.UUID, list[Action]] = defaultdict(list)
     orphans: list[Action] = []

@@ -360,6 +360,11 @@ class ReplicaSerializer(serializers.ModelSerializer[Replica]):
             "healthy_at",
             "created_at",
             "updated_at",
+            "last_probe",
+            "last_probe_at",
+            "slurm_state",
+            "slurm_reason",
+            "expected_start_at",
         ]
         read_only_fields = fields
 
@@ -401,6 +406,8 @@ class LaunchSerializer(serializers.ModelSerializer[Launch]):
             "ended_at",
             "end_state",
             "end_reason",
+            "slurm_answer",
+            "refusal_hint",
             "updated_at",
         ]
         read_only_fields = fields

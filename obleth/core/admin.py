@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from obleth.core import services
+from obleth.core.admin_cockpit import cockpit_context, cockpit_urls
 from obleth.core.choices import STATE_COLOURS, HostingMode, ReplicaState
 from obleth.core.models import (
     Alert,
@@ -260,7 +261,8 @@ class ModelAdmin(ActionPermissions, admin.ModelAdmin):
                 "<uuid:object_id>/dismiss-provision-error/",
                 self.admin_site.admin_view(self.dismiss_provision_error_view),
                 name="core_model_dismiss_provision_error",
-            )
+            ),
+            *cockpit_urls(self),
         ]
         return extra + super().get_urls()
 
@@ -293,6 +295,8 @@ class ModelAdmin(ActionPermissions, admin.ModelAdmin):
             spec = ManagedSpec.objects.filter(model_id=uuid.UUID(str(object_id))).first()
         except ValueError:
             spec = None  # not an id: the admin answers "does not exist" itself
+        if spec is not None:
+            context.update(cockpit_context(request, spec.model_id))
         if spec is not None and spec.last_provision_error:
             context["provision_error"] = spec.last_provision_error
             context["provision_error_at"] = spec.last_provision_error_at
@@ -510,6 +514,11 @@ REPLICA_FIELDS = (
     "endpoint_id",
     "cancel_requested",
     "last_message",
+    "last_probe",
+    "last_probe_at",
+    "slurm_state",
+    "slurm_reason",
+    "expected_start_at",
     "probe_failures",
     "excluded_nodes",
     "submitted_at",
