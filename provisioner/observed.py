@@ -9,6 +9,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from obleth.core.joblogs import launch_paths
 from obleth.core.models import Launch, Replica
@@ -96,11 +97,11 @@ def _resolve_launch(replica_id: uuid.UUID, job: JobInfo) -> None:
     )
 
 
-def record_observation(observation: object, now: dt.datetime) -> int:
+def record_observation(observation: Any, now: dt.datetime) -> int:
     """Entry point for the pass: never lets a bookkeeping error stop the pass."""
     try:
         snapshot = observation.snapshot
-        details: Mapping[uuid.UUID, str] = getattr(observation, "probe_details", {}) or {}
+        details: Mapping[uuid.UUID, str] = observation.probe_details or {}
         ids = {r.id: r.job_id for r in snapshot.replicas}
         return record(replica_ids_jobs=ids, jobs=snapshot.jobs, probe_details=details, now=now)
     except Exception:  # bookkeeping for the admin: the pass goes on without it

@@ -212,6 +212,34 @@ PENDING_REASONS: dict[str, tuple[str, str]] = {
         "Wait for the account's other jobs to end, lower the GRES per replica or the replica "
         "count, or ask the cluster admins to raise GrpTRES for the account.",
     ),
+    "QOSUsageThreshold": (
+        "The QoS's usage threshold is reached: its fair-share use is too high for now.",
+        "Wait for the usage to decay, or use another QoS.",
+    ),
+    "QOSJobLimit": (
+        "The QoS's job limit is reached.",
+        "Lower the replica count, use another QoS, or ask the cluster admins.",
+    ),
+    "QOSResourceLimit": (
+        "The QoS's resource limit is reached.",
+        "Ask for less per replica, use another QoS, or ask the cluster admins.",
+    ),
+    "QOSTimeLimit": (
+        "The job's time limit is above what the QoS allows.",
+        "Lower the time limit in the managed spec, or use another QoS.",
+    ),
+    "AssociationJobLimit": (
+        "The account's job limit is reached.",
+        "Lower the replica count, or wait for the account's other jobs to end.",
+    ),
+    "AssociationResourceLimit": (
+        "The account's resource limit is reached.",
+        "Ask for less per replica, or wait for the account's other jobs to end.",
+    ),
+    "AssociationTimeLimit": (
+        "The job's time limit is above what the account allows.",
+        "Lower the time limit in the managed spec.",
+    ),
     "QOSMaxJobsPerUserLimit": (
         "The QoS allows no more running jobs for this user: the limit is reached.",
         "Lower the replica count, use another QoS, or ask the cluster admins to raise the "
@@ -270,10 +298,13 @@ def _limit_reason(code: str) -> tuple[str, str] | None:
     match = _LIMIT_RE.match(code)
     if match is None or not (match["kind"] or match["end"] or match["scope"]):
         return None
-    who = "account (association)" if match["who"] == "Assoc" else "QoS"
+    who = "account" if match["who"] == "Assoc" else "QoS"
     raw = match["what"] or ("Wall" if match["end"] == "Wall" else "")
-    if match["end"] in {"RunMinutes", "Minutes"}:
-        what = f"{_RESOURCE_WORDS.get(raw, raw or 'resource')}-minutes"
+    minutes = match["end"] in {"RunMinutes", "Minutes"} or raw.endswith("RunMinutes")
+    raw = raw.removesuffix("RunMinutes")
+    if minutes:
+        unit = {"Cpu": "CPU", "CPU": "CPU", "Mem": "memory", "Node": "node"}.get(raw, raw)
+        what = f"{unit or 'TRES'}-minutes of running jobs"
     else:
         what = _RESOURCE_WORDS.get(raw, raw or "jobs")
     kind = {"Grp": "group limit", "Max": "maximum", "Min": "minimum"}.get(
@@ -284,19 +315,17 @@ def _limit_reason(code: str) -> tuple[str, str] | None:
     if match["kind"] == "Min":
         return (
             f"The job asks for less than the {who}'s {which}.",
-            f"Ask for more {what} in the managed spec, or use another {who.split()[0]}.",
+            f"Ask for more {what} in the managed spec, or use another {who}.",
         )
     if match["kind"] == "Max" and match["scope"] == "PerJob":
         return (
             f"The job asks for more than the {who}'s {which}: it will not start as it is.",
-            f"Ask for less {what} in the managed spec, or use another "
-            f"{'QoS' if who == 'QoS' else 'account'}.",
+            f"Ask for less {what} in the managed spec, or use another {who}.",
         )
-    lever = "QoS" if who == "QoS" else "account"
     return (
         f"The {who}'s {which} is reached: other jobs use the allowance.",
-        f"Wait for other jobs of the {lever} to end, lower the replica count or what each "
-        f"replica asks for, use another {lever}, or ask the cluster admins to raise the limit.",
+        f"Wait for other jobs of the {who} to end, lower the replica count or what each "
+        f"replica asks for, use another {who}, or ask the cluster admins to raise the limit.",
     )
 
 
@@ -419,6 +448,18 @@ def explain_probe(detail: str) -> Explanation:
 
 _REFUSALS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
+        "policy",
+        re.compile(r"policy", re.IGNORECASE),
+        "The job breaks an account or QoS limit (jobs, size or time): ask for less, or ask "
+        "the cluster admins.",
+    ),
+    (
+        "account",
+        re.compile(r"invalid account|\baccount\b.*(invalid|not (valid|allowed))", re.IGNORECASE),
+        "Set an account the Slurm user belongs to (sacctmgr show assoc user=<user>), or leave "
+        "it blank for the default.",
+    ),
+    (
         "partition",
         re.compile(r"partition", re.IGNORECASE),
         "Set the partition in the managed spec to one the cluster has.",
@@ -465,8 +506,8 @@ _REFUSALS: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "Check the Slurm user and its JWT in Settings -> Slurm.",
     ),
     (
-        "policy",
-        re.compile(r"policy|limit", re.IGNORECASE),
+        "limit",
+        re.compile(r"limit", re.IGNORECASE),
         "The job breaks an account or QoS limit: ask for less, or ask the cluster admins.",
     ),
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -54,7 +54,7 @@ class ReplicaLogView(GenericAPIView[Launch]):
         ],
         responses={200: JobLogSerializer},
     )
-    def get(self, request: Request, pk: str) -> Response | HttpResponse:
+    def get(self, request: Request, pk: str) -> HttpResponseBase:
         try:
             stream = parse_stream(request.query_params.get("stream"))
             tail = parse_tail(request.query_params.get("tail"))

@@ -16,9 +16,9 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
-from django.views.decorators.cache import never_cache
 
 from obleth.core import cockpit, cockpit_actions, joblogs
 from obleth.core.models import Launch, Model
@@ -34,7 +34,6 @@ def _may_view(model_admin: Any, request: HttpRequest, model: Model) -> bool:
     return bool(model_admin.has_view_or_change_permission(request, model))
 
 
-@never_cache
 def live_view(model_admin: Any, request: HttpRequest, object_id: uuid.UUID) -> HttpResponse:
     model = get_object_or_404(Model, pk=object_id)
     if not _may_view(model_admin, request, model):
@@ -80,7 +79,7 @@ def parse_stream(value: str | None) -> str:
     return stream
 
 
-def download_response(launch: Launch, stream: str) -> HttpResponse | None:
+def download_response(launch: Launch, stream: str) -> StreamingHttpResponse | None:
     """The whole redacted file as a download; None when it cannot be read."""
     found = joblogs.stream_file(launch, stream)
     if isinstance(found, joblogs.LogTail):
@@ -93,10 +92,9 @@ def download_response(launch: Launch, stream: str) -> HttpResponse | None:
     return response
 
 
-@never_cache
 def log_view(
     model_admin: Any, request: HttpRequest, object_id: uuid.UUID, launch_id: uuid.UUID
-) -> HttpResponse:
+) -> HttpResponseBase:
     model = get_object_or_404(Model, pk=object_id)
     if not _may_view(model_admin, request, model):
         return _denied("Your role does not allow viewing this model.")
@@ -123,7 +121,7 @@ def cockpit_urls(model_admin: Any) -> list[URLPattern]:
     site = model_admin.admin_site
 
     def bound(view: Any) -> Any:
-        def call(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        def call(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
             return view(model_admin, request, **kwargs)
 
         call.__name__ = view.__name__
