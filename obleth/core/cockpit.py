@@ -176,7 +176,7 @@ def launch_view(launch: Launch) -> dict[str, Any]:
         "started_at": _iso(launch.started_at),
         "healthy_at": _iso(launch.healthy_at),
         "ended_at": _iso(launch.ended_at),
-        "end_state": launch.end_state or ("running" if launch.job_id else "not submitted"),
+        "end_state": launch.end_state or ("in progress" if launch.job_id else "not submitted"),
         "end_reason": launch.end_reason,
         "ended": launch.ended_at is not None,
         "logs": log_places(launch),

@@ -95,7 +95,7 @@
     var next = e.next_check_in_secs === null ? "" : "next check in " + e.next_check_in_secs + "s";
     return el("td", {}, [
       badge(e.health_status),
-      el("div", { cls: "ck-mono", text: e.api_base }),
+      el("div", { cls: "ck-url", text: e.api_base }),
       e.last_message ? el("div", { cls: "ck-muted", text: e.last_message }) : null,
       el("div", { cls: "ck-muted", text: (e.consecutive_failures ? e.consecutive_failures + " failed checks; " : "") + next })
     ]);
