@@ -219,15 +219,23 @@ def model_reason(
     serving = [r for r in replicas if r["state"] == ReplicaState.HEALTHY]
     if serving:
         return model.health_message or f"{len(serving)} replica(s) serving."
+    lost = [r for r in replicas if r["state"] == ReplicaState.LOST]
+    # the most recent loss first: what happened, then what the replacement is doing
+    lost.sort(key=lambda r: r["in_state_secs"] if r["in_state_secs"] is not None else 1 << 30)
+    before = (
+        f"Job {lost[0]['job_id']} was lost ({lost[0]['message']}). Replacement: " if lost else ""
+    )
     pending = [r for r in replicas if r["pending"]]
     if pending:
-        return f"Pending in the Slurm queue: {pending[0]['pending']['sentence']}"
+        return f"{before}Pending in the Slurm queue: {pending[0]['pending']['sentence']}"
     starting = [r for r in replicas if r["state"] == ReplicaState.STARTING]
     if starting:
         probe = starting[0]["probe"]
-        return f"Starting for {starting[0]['in_state']}" + (
+        return f"{before}Starting for {starting[0]['in_state']}" + (
             f": {probe['sentence']}" if probe else "."
         )
+    if before:
+        return before.removesuffix(" Replacement: ")
     return model.health_message or "No replica yet."
 
 

@@ -92,7 +92,8 @@
   function endpointCell(r) {
     var e = r.endpoint;
     if (!e) { return el("td", { cls: "ck-muted", text: r.state === "healthy" ? "not registered" : "—" }); }
-    var next = e.next_check_in_secs === null ? "" : "next check in " + e.next_check_in_secs + "s";
+    var next = e.last_checked_at ? "checked " + when(e.last_checked_at) : "not checked yet";
+    if (e.next_check_in_secs !== null) { next += "; next check in " + e.next_check_in_secs + "s"; }
     return el("td", {}, [
       badge(e.health_status),
       el("div", { cls: "ck-url", text: e.api_base }),
@@ -191,7 +192,8 @@
     current = data;
     var b = $("ck-badge");
     b.dataset.status = data.model.enabled ? data.model.health_status : "disabled";
-    b.textContent = data.model.enabled ? data.model.health_status : "disabled";
+    b.textContent = "model " + (data.model.enabled ? data.model.health_status : "disabled");
+    b.title = data.model.health_message || "";
     $("ck-reason").textContent = data.model.reason;
     var banner = $("ck-banner");
     if (data.banner) {
