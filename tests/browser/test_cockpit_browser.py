@@ -54,7 +54,8 @@ def test_operator_watches_the_replica_panel_refresh_and_reads_a_log(
         stderr_path=f"{tmp_path}/%x-%j.err",
     )
     (tmp_path / "obt-browser-3141.out").write_text(
-        "replica of browser-model on node1 port 18000\nloading weights 42%\n"
+        "replica of browser-model on node1 port 18000\n<script id='xss2'></script>\n"
+        "loading weights 42%\n"
     )
 
     page = browser_page
@@ -78,11 +79,13 @@ def test_operator_watches_the_replica_panel_refresh_and_reads_a_log(
         slurm_state="RUNNING",
         slurm_reason="",
         started_at=timezone.now(),
-        last_probe="connection refused on all 8 ports (18000-18007)",
+        last_probe='connection refused on all 8 ports (18000-18007) <img id="xss" src="x">',
         last_probe_at=timezone.now(),
     )
     page.wait_for_selector(f'#ck-replicas tr[data-replica="{replica.pk}"][data-state="starting"]')
     assert "Nothing listens" in row.inner_text()
+    assert '<img id="xss"' in row.inner_text()  # shown as text ...
+    assert page.locator("#xss").count() == 0  # ... never as markup
     assert "node1" in row.inner_text()
     shot(page, "cockpit-2-starting")
 
@@ -111,6 +114,7 @@ def test_operator_watches_the_replica_panel_refresh_and_reads_a_log(
     page.wait_for_function(
         "document.getElementById('ck-log-text').textContent.includes('loading weights 42%')"
     )
+    assert page.locator("#xss2").count() == 0
     with (tmp_path / "obt-browser-3141.out").open("a") as handle:
         handle.write("model loaded; serving\n")
     page.wait_for_function(
