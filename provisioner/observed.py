@@ -17,6 +17,10 @@ from provisioner.slurm.types import JobInfo
 
 log = logging.getLogger("provisioner.observed")
 
+#: An unchanged probe outcome is re-stamped at most this often (one write per replica per pass
+#: otherwise); the page shows when it was last seen.
+PROBE_AT_REFRESH_SECS = 30
+
 
 def _epoch(value: int | None) -> dt.datetime | None:
     if not value:
@@ -55,7 +59,13 @@ def record(
     rows = {
         r.pk: r
         for r in Replica.objects.filter(pk__in=list(replica_ids_jobs)).only(
-            "id", "job_id", "last_probe", "slurm_state", "slurm_reason", "expected_start_at"
+            "id",
+            "job_id",
+            "last_probe",
+            "last_probe_at",
+            "slurm_state",
+            "slurm_reason",
+            "expected_start_at",
         )
     }
     for replica_id, job_id in replica_ids_jobs.items():
@@ -65,8 +75,12 @@ def record(
         job = jobs.get(job_id) if job_id else None
         fields = replica_fields(job, probe_details.get(replica_id), now)
         differs = {k: v for k, v in fields.items() if getattr(row, k) != v and k != "last_probe_at"}
-        if "last_probe" in fields:
-            differs["last_probe_at"] = now  # the outcome is fresh even if its text is the same
+        if "last_probe" in fields and (
+            "last_probe" in differs
+            or row.last_probe_at is None
+            or (now - row.last_probe_at).total_seconds() >= PROBE_AT_REFRESH_SECS
+        ):
+            differs["last_probe_at"] = now  # the same outcome is re-stamped now and then only
         if differs:
             Replica.objects.filter(pk=replica_id).update(**differs)
             changed += 1

@@ -195,6 +195,16 @@ def test_a_pass_records_probe_outcome_slurm_reason_and_resolved_paths(tmp_path: 
     assert launch.stdout_path == f"{tmp_path}/b-12.out"
     assert launch.stderr_path == f"{tmp_path}/b-12.err"
 
+    # The same outcome on the next pass writes nothing; a new one does.
+    later = now + dt.timedelta(seconds=5)
+    same = {running.pk: "connection refused on all 8 ports (8000-8007)"}
+    ids = {pending.pk: "11", running.pk: "12"}
+    assert observed.record(replica_ids_jobs=ids, jobs=jobs, probe_details=same, now=later) == 0
+    new = {running.pk: "loading (HTTP 200, status 'loading') on port 8000"}
+    assert observed.record(replica_ids_jobs=ids, jobs=jobs, probe_details=new, now=later) == 1
+    running.refresh_from_db()
+    assert running.last_probe.startswith("loading") and running.last_probe_at == later
+
 
 def test_a_refused_submit_keeps_the_whole_answer_and_lists_partitions() -> None:
     model = make_slurm_model()
