@@ -120,7 +120,7 @@ def create_models(count: int, port_base: int) -> None:
     from obleth.core.models import ManagedSpec, Model
 
     models = [
-        Model(name=f"bench-{k:05d}", hosting_mode=HostingMode.SLURM, upstream_model="bench")
+        Model(name=f"bench-{k:05d}", hosting_mode=HostingMode.SLURM, upstream_model="bench-engine")
         for k in range(count)
     ]
     Model.objects.bulk_create(models, batch_size=500)
@@ -130,6 +130,9 @@ def create_models(count: int, port_base: int) -> None:
             partition="debug",
             serving_port=port_base + k * MODEL_STRIDE,
             script_body="#!/bin/bash\nexec engine --port $OBLETH_SERVING_PORT\n",
+            # The fake engines (one process for every window) cannot know each replica's key:
+            # they are proven by the model name they list, as Ollama replicas are.
+            launcher_spec={"identity_check": "model-name"},
             target_replicas=2,
             mem="128M",
             time_limit="1-00:00",

@@ -154,7 +154,9 @@ case "$role" in
     web)
         require_settings web
         go_to_app
+        # The config module redacts secrets (?api_key=..., Authorization) in the access log.
         run gunicorn obleth.wsgi:application \
+            --config python:obleth.gunicorn_conf \
             --bind "${OBLETH_BIND:-0.0.0.0:8000}" \
             --worker-class gthread \
             --workers "${OBLETH_WEB_WORKERS:-2}" \

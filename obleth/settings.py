@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE as CSP_NONE
+from csp.constants import SELF as CSP_SELF
+from csp.constants import UNSAFE_INLINE as CSP_UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 from obleth.env import env_bool, env_int, env_list, env_str
@@ -47,13 +50,57 @@ if OBLETH_ADMIN_TOKEN and len(OBLETH_ADMIN_TOKEN) < 16:
 
 ALLOWED_HOSTS = env_list("OBLETH_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if not DEBUG else "*")
 CSRF_TRUSTED_ORIGINS = env_list("OBLETH_CSRF_TRUSTED_ORIGINS")
-# Behind TLS: session and CSRF cookies only over HTTPS (a staff session has full API rights).
-# Off by default so a plain-HTTP instance (scripts/run, a lab) can log in.
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("OBLETH_SECURE_COOKIES", False)
+# ----------------------------------------------------------------------------- TLS and headers
+# OBLETH_TLS=1: clients reach obleth over HTTPS only (a TLS-terminating proxy in front, with
+# OBLETH_TRUST_X_FORWARDED_PROTO=1, or gunicorn with its own certificate). It turns on secure
+# cookies, HSTS and the redirect of plain-HTTP requests to HTTPS (/healthz excepted, for probes).
+# Off by default so a plain-HTTP instance (scripts/run, a lab) can log in. See docs/deploy.md.
+OBLETH_TLS = env_bool("OBLETH_TLS", False)
+# Session and CSRF cookies only over HTTPS (a staff session has full API rights).
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("OBLETH_SECURE_COOKIES", OBLETH_TLS)
 SESSION_COOKIE_HTTPONLY = True
 # Set when a TLS-terminating proxy in front sends X-Forwarded-Proto (and strips it from clients).
 if env_bool("OBLETH_TRUST_X_FORWARDED_PROTO", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Reverse proxies in front that append the client's address to X-Forwarded-For (an Ingress
+# controller, nginx): failed-login limits then count per real client, not per proxy.
+OBLETH_TRUSTED_PROXY_COUNT = env_int("OBLETH_TRUSTED_PROXY_COUNT", 0, minimum=0)
+# HSTS: sent on HTTPS answers only (Django never sends it over plain HTTP), so it is on with
+# either TLS switch. Browsers then refuse plain HTTP to this host for that long.
+SECURE_HSTS_SECONDS = env_int(
+    "OBLETH_HSTS_SECONDS",
+    31536000 if (OBLETH_TLS or SESSION_COOKIE_SECURE) else 0,
+    minimum=0,
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("OBLETH_HSTS_INCLUDE_SUBDOMAINS", True)
+# Only matters if someone submits the registrable domain to the browsers' preload list.
+SECURE_HSTS_PRELOAD = env_bool("OBLETH_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("OBLETH_SSL_REDIRECT", OBLETH_TLS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # load balancer and container probes speak plain HTTP
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (django-csp): scripts only from this site, no inline script, no
+# framing, no plugins. Inline style *attributes* are allowed (the admin's state badges and
+# banners use them); <style> elements and stylesheets only from this site.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [CSP_SELF],
+        "script-src": [CSP_SELF],
+        "style-src": [CSP_SELF, CSP_UNSAFE_INLINE],  # browsers without the two below
+        "style-src-elem": [CSP_SELF],
+        "style-src-attr": [CSP_UNSAFE_INLINE],
+        "img-src": [CSP_SELF, "data:"],
+        "font-src": [CSP_SELF, "data:"],
+        "connect-src": [CSP_SELF],
+        "worker-src": [CSP_SELF],
+        "object-src": [CSP_NONE],
+        "base-uri": [CSP_SELF],
+        "form-action": [CSP_SELF],
+        "frame-ancestors": [CSP_NONE],
+    }
+}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -66,6 +113,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "csp",
     "obleth.core",
     "obleth.api",
     "obleth.gateway",
@@ -75,9 +123,11 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "obleth.core.auth_throttle.AdminLoginThrottleMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "obleth.accounts.middleware.AuditContextMiddleware",
@@ -139,6 +189,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "obleth.api.pagination.OblethPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "obleth.api.errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "obleth.api.parsers.StrictJSONParser",
+        "obleth.api.parsers.StrictFormParser",
+        "obleth.api.parsers.StrictMultiPartParser",
+    ],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -152,6 +207,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "obleth.api.schema.document_error_answers",
+    ],
 }
 
 # ----------------------------------------------------------------------------- Celery

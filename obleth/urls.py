@@ -9,3 +9,6 @@ urlpatterns = [
     path("api/", include("obleth.api.urls")),
     path("v1/", include("obleth.gateway.urls")),
 ]
+
+handler400 = "obleth.api.errors.bad_request"
+handler404 = "obleth.api.errors.not_found"

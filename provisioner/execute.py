@@ -41,6 +41,7 @@ from provisioner.domain import (
     Submit,
     UpdateMessage,
 )
+from provisioner.identity import identity_check_for, new_replica_key
 from provisioner.refusals import record_refusal
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.errors import SlurmConfigError, SlurmRejected
@@ -143,6 +144,15 @@ class Executor:
             raise RuntimeError("no managed spec for this model; nothing to submit")
         model_name = spec.model.name
         excluded = ",".join(action.excluded_nodes)
+        # The replica's key: kept from its row on a resubmit (a job of the first submit may
+        # still come up with it), fresh for a new row. It reaches the job's environment only.
+        stored = (
+            Replica.objects.filter(pk=action.replica_id).values_list("api_key", flat=True).first()
+            if action.existing
+            else None
+        )
+        api_key = stored or new_replica_key()
+        identity_check = identity_check_for(spec.launcher_spec)
         submission = build_submission(
             spec=spec,
             slurm=self.slurm,
@@ -151,6 +161,7 @@ class Executor:
             port_span=self.knobs.port_span,
             excluded_nodes=action.excluded_nodes,
             client=self.client,
+            replica_api_key=api_key,
         )
         launch_defaults: dict[str, Any] = {
             "model_id": action.model_id,
@@ -176,7 +187,10 @@ class Executor:
         with transaction.atomic():
             if action.existing:
                 updated = Replica.objects.filter(pk=action.replica_id, job_id="").update(
-                    submitted_at=self.now(), last_message="submitting", updated_at=self.now()
+                    submitted_at=self.now(),
+                    last_message="submitting",
+                    updated_at=self.now(),
+                    **({} if stored else {"api_key": api_key, "identity_check": identity_check}),
                 )
                 if not updated:
                     return "row already has a job; nothing to do"
@@ -191,6 +205,8 @@ class Executor:
                     excluded_nodes=excluded,
                     submitted_at=self.now(),
                     last_message="submitting",
+                    api_key=api_key,
+                    identity_check=identity_check,
                 )
                 Launch.objects.create(id=action.replica_id, **launch_defaults)
             if action.existing:
@@ -243,6 +259,12 @@ class Executor:
 
     # ------------------------------------------------------------------------------ promote
     def promote(self, action: Promote) -> str:
+        # The endpoint carries the replica's key: the gateway, its checks and the warm-up send it.
+        replica_key = (
+            Replica.objects.filter(pk=action.replica_id).values_list("api_key", flat=True).first()
+            or ""
+        )
+        keyed: dict[str, Any] = {"api_key": replica_key} if replica_key else {}
         endpoint = None
         if action.endpoint_id is not None:
             endpoint = Endpoint.objects.filter(pk=action.endpoint_id).first()
@@ -257,11 +279,19 @@ class Executor:
                 api_base=action.api_base,
                 replica_id=action.replica_id,
                 enabled=True,
+                **keyed,
             )
-        elif endpoint.api_base != action.api_base or endpoint.replica_id != action.replica_id:
-            # In place: keeps name, priority, weight, enabled flag and key.
+        elif (
+            endpoint.api_base != action.api_base
+            or endpoint.replica_id != action.replica_id
+            or (replica_key and endpoint.api_key != replica_key)
+        ):
+            # In place: keeps name, priority, weight and enabled flag; the key is the replica's.
             Endpoint.objects.filter(pk=endpoint.pk).update(
-                api_base=action.api_base, replica_id=action.replica_id, updated_at=self.now()
+                api_base=action.api_base,
+                replica_id=action.replica_id,
+                updated_at=self.now(),
+                **keyed,
             )
         fault_point("after_endpoint_before_healthy")
         now = self.now()

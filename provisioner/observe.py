@@ -29,6 +29,7 @@ from provisioner.domain import (
     ReplicaView,
     Snapshot,
 )
+from provisioner.identity import probe_identity
 from provisioner.plan import mass_vanish
 from provisioner.probe import ProbeOutcome, ProbeTarget, probe_all
 from provisioner.resolve import NodeResolver
@@ -173,6 +174,7 @@ def observe(
     specs = {spec.model_id: spec for spec in spec_rows}
     model_types = {spec.model_id: spec.model.model_type for spec in spec_rows}
     replicas = [replica_view(row) for row in replica_rows]
+    rows_by_id = {row.id: row for row in replica_rows}
     serving_ports = {row.id: row.port for row in replica_rows if row.port}
 
     hold = mass_vanish(replicas, jobs, listed_at)
@@ -255,6 +257,9 @@ def observe(
                 port_base=registered or replica.port_base or spec.serving_port,
                 port_span=1 if registered else knobs.port_span,
                 health_path=spec.health_path,
+                # The port must also prove it is this replica's server (its key, or Ollama's
+                # model name): another user's server on the node is never promoted.
+                identity=probe_identity(rows_by_id[replica.id], spec),
             )
         )
     outcomes: dict[uuid.UUID, ProbeOutcome] = (

@@ -41,6 +41,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
+from obleth.core.ports import window_bases
 from provisioner.domain import (
     Action,
     Adopt,
@@ -94,21 +95,33 @@ _JOB_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 # ------------------------------------------------------------------------------ pure helpers
 
 
-def next_free_window(serving_port: int, span: int, taken: Iterable[int]) -> int:
-    """Base of the first port window ``serving_port + i*span`` (smallest i >= 0) that overlaps
-    no window starting at a base in ``taken``. ``span`` is floored at 1.
+def next_free_window(
+    serving_port: int, span: int, taken: Iterable[int], replicas: int
+) -> int | None:
+    """Base of the first of the model's windows ``serving_port + i*span`` (``0 <= i <
+    replicas``, inside 1..65535) that overlaps no window starting at a base in ``taken``; None
+    when every one is taken (the replacement waits: a window never lies above the model's range,
+    where another user's server may listen). ``span`` is floored at 1.
 
     With one model every base is aligned, so this is the smallest base not in ``taken``; the
     overlap test also keeps models with different serving ports apart on a shared node.
     """
     span = max(span, 1)
     bases = sorted(set(taken))
-    i = 0
-    while True:
-        base = serving_port + i * span
+    for base in window_bases(serving_port, replicas, span):
         if all(base + span <= t or t + span <= base for t in bases):
             return base
-        i += 1
+    return None
+
+
+def window_wait_message(serving_port: int, span: int, replicas: int) -> str:
+    """The row message of a replica waiting for a free window of its model's range."""
+    span = max(span, 1)
+    last = serving_port + max(replicas, 1) * span - 1
+    return (
+        f"waiting for a free port window in {serving_port}-{min(last, 65535)} "
+        f"({replicas} window(s) of {span}); every one is still in use"
+    )
 
 
 def job_name_for(prefix: str, model_name: str, replica_id: uuid.UUID) -> str:
@@ -297,12 +310,20 @@ class _Pass:
         self.ended: set[uuid.UUID] = set()  # cancelled, marked lost or deleted this pass
         self.carried_endpoints: set[uuid.UUID] = set()  # deleted by a Cancel/MarkLost
         self.reused_endpoints: set[uuid.UUID] = set()  # kept by a Promote
-        # A draining row keeps its window until its row is gone: its server may still be
-        # shutting down on that port (KillWait), and a new replica there would be probed into it.
+        # Windows are bounded (next_free_window), so a replacement may share the window of the
+        # replica it replaces while that one's server is still shutting down (KillWait): the
+        # new server takes the next free port of the window and the probe tells the two apart
+        # by the replica key. With a one-port span there is no room: a draining row's window
+        # stays taken until its row is gone.
+        free_states = (
+            (ReplicaState.LOST, ReplicaState.DRAINING)
+            if snapshot.knobs.port_span > 1
+            else (ReplicaState.LOST,)
+        )
         self.taken_windows: list[int] = [
             r.port_base
             for r in snapshot.replicas
-            if r.port_base is not None and r.state is not ReplicaState.LOST
+            if r.port_base is not None and r.state not in free_states
         ]
 
     # endpoint helpers ---------------------------------------------------------------------
@@ -400,6 +421,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             if job is None or job.phase is JobPhase.GONE:
                 g.delete_replicas.append(DeleteReplica(r.model_id, r.id, why="drained: job ended"))
                 ps.ended.add(r.id)
+                _release_window(ps, r)
             continue
 
         if not job_id:
@@ -422,6 +444,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                         )
                     )
                     ps.ended.add(r.id)
+                    _release_window(ps, r)  # no job ever ran in it
                 else:
                     alive.append(_Alive(r, _RANK_UNSUBMITTED, _Kind.RESUBMIT))
                 continue
@@ -507,6 +530,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                 why = "scaled down before its job was submitted"
                 g.delete_replicas.append(DeleteReplica(r.model_id, r.id, why=why))
                 ps.ended.add(r.id)
+                _release_window(ps, r)
             elif a.kind is _Kind.JOB:
                 _cancel(ps, g, r, a.job_id, reason, a.endpoint_id)
             # _Kind.UNLISTED: its job id is not known yet; the next pass cancels it.
@@ -529,7 +553,13 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             continue
         port_base = r.port_base
         if port_base is None:
-            port_base = next_free_window(spec.serving_port, k.port_span, ps.taken_windows)
+            port_base = next_free_window(
+                spec.serving_port, k.port_span, ps.taken_windows, spec.target_replicas
+            )
+            if port_base is None:
+                wait = window_wait_message(spec.serving_port, k.port_span, spec.target_replicas)
+                _annotate(g, r, wait, ())
+                continue
             ps.taken_windows.append(port_base)
         g.submits.append(
             Submit(
@@ -547,7 +577,11 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
         excluded = _excluded_nodes(ps, spec, failed_nodes)
         for index in range(missing):
             replica_id = new_replica_id(spec.model_id, s.now, index)
-            port_base = next_free_window(spec.serving_port, k.port_span, ps.taken_windows)
+            port_base = next_free_window(
+                spec.serving_port, k.port_span, ps.taken_windows, spec.target_replicas
+            )
+            if port_base is None:
+                break  # every window of the model's range is in use: wait for one to free
             ps.taken_windows.append(port_base)
             g.submits.append(
                 Submit(
@@ -589,7 +623,15 @@ def _mark_lost(
             nodes=(job.nodes if job is not None and job.nodes else r.nodes),
         )
     )
+    _release_window(ps, r)
     _ended(ps, g, r.id, endpoint_id)
+
+
+def _release_window(ps: _Pass, r: ReplicaView) -> None:
+    """Its job has ended: nothing of it listens any more, so its window is free for a
+    replacement in this same pass (windows are bounded: see ``next_free_window``)."""
+    if r.port_base is not None and r.port_base in ps.taken_windows:
+        ps.taken_windows.remove(r.port_base)
 
 
 def _cancel(
@@ -611,6 +653,8 @@ def _cancel(
             endpoint_id=endpoint_id,
         )
     )
+    if ps.k.port_span > 1:  # see _Pass: a draining row's window can be shared
+        _release_window(ps, r)
     _ended(ps, g, r.id, endpoint_id)
 
 

@@ -10,6 +10,19 @@ not say the server is still loading (``{"status": "loading"}`` and friends, or a
 "loading model"). llama.cpp's 503 "Loading model" is not ready either (it is not 2xx). The lowest
 ready port of a window wins.
 
+Identity. A ready health answer only says that *some* server listens there; on a shared node it
+may be another user's. A target with an ``identity`` is promoted only when the server also
+proves it is this replica's:
+
+* ``check="key"``: ``GET <identity path>`` (``/v1/models``; llama.cpp: ``/props``) WITHOUT the
+  replica's key is refused (401/403), with a wrong key is refused too, and WITH
+  ``Authorization: Bearer <key>`` succeeds (2xx). A server that answers without the key (or to
+  any key) accepts anything: not ours.
+* ``check="model-name"`` (engines that cannot check a key, e.g. Ollama): ``GET /v1/models``
+  lists the expected model id. Weaker; the replica is shown as "identity not proven".
+
+The key is sent only to ports whose health answer was ready, and never appears in a detail.
+
 Scale: a pass may probe thousands of windows of 8 ports, most of them closed. Each port is first
 connected with a plain non-blocking socket (a refused port costs a few microseconds and no HTTP
 machinery); only ports that accept the connection are asked over HTTP, on that same socket, by the
@@ -29,6 +42,7 @@ import ipaddress
 import json
 import os
 import resource
+import secrets
 import socket
 import sys
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
@@ -39,6 +53,7 @@ import httpx
 
 __all__ = [
     "LOADING_WORDS",
+    "IdentityProof",
     "ProbeOutcome",
     "ProbeTarget",
     "body_says_loading",
@@ -52,20 +67,37 @@ K = TypeVar("K", bound=Hashable)
 # Values of "status"/"state" in a JSON health body that mean "not ready yet" (case-insensitive).
 LOADING_WORDS = frozenset({"loading", "loading model", "starting", "initializing", "warming up"})
 _MAX_BODY_BYTES = 64 * 1024  # a health answer is tiny; never read more than this
+# A whole answer (head and body) gets at most this many timeouts: a server that trickles its
+# body a byte at a time cannot hold a probe (and the pass) for hours.
+_WHOLE_ANSWER_TIMEOUTS = 2
+_DECOYS = 2  # wrong keys sent with the replica key (in a random order) when proving identity
 _FD_RESERVE = 64  # file descriptors left for everything else in the process
 _SOCKET_EXTENSION = "obleth_connected_socket"
 _Address = tuple[socket.AddressFamily, str, int]  # family, IP, IPv6 scope id
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class IdentityProof:
+    """How a ready port proves it is this replica's server (see the module docstring)."""
+
+    check: str  # "key" or "model-name"
+    api_key: str = dataclasses.field(default="", repr=False)
+    path: str = "/v1/models"
+    model_name: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ProbeTarget(Generic[K]):
-    """One replica's port window: ports ``port_base .. port_base + port_span - 1`` on ``host``."""
+    """One replica's port window: ports ``port_base .. port_base + port_span - 1`` on ``host``.
+
+    ``identity`` None: health only (replicas made before identity checks)."""
 
     key: K
     host: str
     port_base: int
     port_span: int
     health_path: str
+    identity: IdentityProof | None = None
 
     def ports(self) -> list[int]:
         """The window's valid TCP ports (ports <= 0 or > 65535 are skipped)."""
@@ -89,6 +121,7 @@ class ProbeOutcome:
 class _PortResult:
     ready: bool
     reason: str  # "" when ready
+    proof: str = ""  # "key" / "model-name" when an identity was checked
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -135,6 +168,31 @@ def body_says_loading(body: bytes, content_type: str = "") -> str | None:
     if "loading model" in text.lower():
         return "'loading model'"
     return None
+
+
+def listed_model_ids(body: bytes) -> list[str]:
+    """The ``data[].id`` values of an OpenAI ``/v1/models`` answer (empty when it is not one)."""
+    try:
+        data = json.loads(body.decode("utf-8", errors="replace"))
+    except ValueError:
+        return []
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return []
+    return [str(m["id"]) for m in items if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def model_listed(expected: str, listed: Sequence[str]) -> bool:
+    """``expected`` is served: the same id, or Ollama's ``name:latest`` for a tag-less name."""
+    want = expected.strip()
+    if not want:
+        return False
+    return any(m == want or (":" not in want and m == f"{want}:latest") for m in listed)
+
+
+def _decoy_key() -> str:
+    """A key no replica has, shaped like one: the check that a server compares the key."""
+    return "obr_" + secrets.token_urlsafe(32)
 
 
 def _os_reason(exc: BaseException) -> str:
@@ -368,18 +426,115 @@ class _Prober:
             return sock
         return reason
 
-    async def probe_port(self, host: str, port: int, health_path: str) -> _PortResult:
+    async def probe_port(
+        self, host: str, port: int, health_path: str, identity: IdentityProof | None = None
+    ) -> _PortResult:
         async with self.semaphore:
             sock = await self.connect(host, port)
             if isinstance(sock, str):
                 return _PortResult(False, sock)
-            return await self._ask(sock, health_url(host, port, health_path))
+            result = await self._ask(sock, health_url(host, port, health_path))
+            if not result.ready or identity is None:
+                return result
+            return await self._prove(host, port, identity)
+
+    async def _get(
+        self, host: str, port: int, path: str, headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes] | str:
+        """(status, body) of one GET on a connection of its own, or why there is no answer."""
+        sock = await self.connect(host, port)
+        if isinstance(sock, str):
+            return sock
+        try:
+            async with (
+                asyncio.timeout(self.timeout * _WHOLE_ANSWER_TIMEOUTS),
+                self.client.stream(
+                    "GET",
+                    health_url(host, port, path),
+                    headers=headers,
+                    extensions={_SOCKET_EXTENSION: sock},
+                ) as response,
+            ):
+                body = b""
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) >= _MAX_BODY_BYTES:
+                        break
+                return response.status_code, body
+        except (httpx.TimeoutException, TimeoutError):
+            return "timed out"
+        except httpx.HTTPError as exc:
+            return f"no HTTP answer ({type(exc).__name__})"
+        except OSError as exc:
+            return _os_reason(exc)
+        except Exception as exc:  # noqa: BLE001 - one bad target, not the pass
+            return f"probe failed ({type(exc).__name__})"
+        finally:
+            sock.close()
+
+    async def _prove(self, host: str, port: int, identity: IdentityProof) -> _PortResult:
+        """The health answer was ready: is the server on ``port`` this replica's?"""
+        path = identity.path
+        if identity.check == "model-name":
+            answer = await self._get(host, port, path)
+            if isinstance(answer, str):
+                return _PortResult(False, f"identity not proven: GET {path} {answer}")
+            status, body = answer
+            if not 200 <= status < 300:
+                return _PortResult(False, f"identity not proven: GET {path} answered HTTP {status}")
+            listed = listed_model_ids(body)
+            if not model_listed(identity.model_name, listed):
+                shown = ", ".join(repr(m) for m in listed[:5]) or "none"
+                return _PortResult(
+                    False,
+                    f"wrong server: {path} does not list model {identity.model_name!r} "
+                    f"(lists {shown})",
+                )
+            return _PortResult(True, "", proof="model-name")
+        if not identity.api_key:
+            return _PortResult(False, "identity not proven: the replica has no key")
+        bare = await self._get(host, port, path)
+        if isinstance(bare, str):
+            return _PortResult(False, f"identity not proven: GET {path} {bare}")
+        status = bare[0]
+        if 200 <= status < 300:
+            return _PortResult(False, f"wrong server: answered {path} without the replica key")
+        if status not in (401, 403):
+            return _PortResult(
+                False,
+                f"identity not proven: {path} without the replica key answered HTTP {status} "
+                "(expected 401 or 403)",
+            )
+        # A server that takes any bearer token is not checking ours: wrong keys, looking just
+        # like the replica's and sent in a random order with it, must be refused too.
+        keys = [identity.api_key, *(_decoy_key() for _ in range(_DECOYS))]
+        secrets.SystemRandom().shuffle(keys)
+        for key in keys:
+            real = key == identity.api_key
+            answer = await self._get(host, port, path, {"Authorization": f"Bearer {key}"})
+            which = "the replica key" if real else "a wrong key"
+            if isinstance(answer, str):
+                return _PortResult(False, f"identity not proven: GET {path} with {which} {answer}")
+            status = answer[0]
+            if not real and 200 <= status < 300:
+                return _PortResult(False, f"wrong server: accepted a wrong key on {path}")
+            if real and status in (401, 403):
+                return _PortResult(
+                    False, f"wrong server: refused the replica key on {path} (HTTP {status})"
+                )
+            if real and not 200 <= status < 300:
+                return _PortResult(
+                    False,
+                    f"identity not proven: {path} with the replica key answered HTTP {status}",
+                )
+        return _PortResult(True, "", proof="key")
 
     async def _ask(self, sock: socket.socket, url: str) -> _PortResult:
         try:
-            async with self.client.stream(
-                "GET", url, extensions={_SOCKET_EXTENSION: sock}
-            ) as response:
+            async with (
+                asyncio.timeout(self.timeout * _WHOLE_ANSWER_TIMEOUTS),
+                self.client.stream("GET", url, extensions={_SOCKET_EXTENSION: sock}) as response,
+            ):
                 body = b""
                 async for chunk in response.aiter_bytes():
                     body += chunk
@@ -387,7 +542,7 @@ class _Prober:
                         break
                 status = response.status_code
                 content_type = response.headers.get("content-type", "")
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):
             return _PortResult(False, "timed out")
         except httpx.HTTPError as exc:  # protocol errors, connection dropped mid-answer
             return _PortResult(False, f"no HTTP answer ({type(exc).__name__})")
@@ -415,7 +570,11 @@ def _summarise(
         )
     for port, result in zip(ports, results, strict=True):
         if result.ready:
-            return ProbeOutcome(port, f"ready on port {port}")
+            how = {
+                "key": " (identity proven with the replica key)",
+                "model-name": " (model listed; identity not proven)",
+            }.get(result.proof, "")
+            return ProbeOutcome(port, f"ready on port {port}{how}")
     by_reason: dict[str, list[int]] = {}
     for port, result in zip(ports, results, strict=True):
         by_reason.setdefault(result.reason, []).append(port)
@@ -427,6 +586,8 @@ def _summarise(
 
     # Most telling first: an answer (loading, HTTP errors), then other failures, then refusals.
     def rank(reason: str) -> int:
+        if reason.startswith(("wrong server", "identity")):
+            return -1
         if reason.startswith(("loading", "HTTP")):
             return 0
         return 2 if reason == "connection refused" else 1
@@ -465,7 +626,9 @@ async def _probe_all_async(
         prober = _Prober(client, _effective_concurrency(concurrency), timeout)
         rows = [
             [
-                asyncio.ensure_future(prober.probe_port(target.host, port, target.health_path))
+                asyncio.ensure_future(
+                    prober.probe_port(target.host, port, target.health_path, target.identity)
+                )
                 for port in ports
             ]
             for target, ports in zip(targets, windows, strict=True)
@@ -508,10 +671,21 @@ def probe_all(
 
 
 def probe_one(
-    host: str, port_base: int, port_span: int, health_path: str, *, timeout: float
+    host: str,
+    port_base: int,
+    port_span: int,
+    health_path: str,
+    *,
+    timeout: float,
+    identity: IdentityProof | None = None,
 ) -> ProbeOutcome:
     """Probe a single window (troubleshooting views, tests)."""
     target = ProbeTarget(
-        key=0, host=host, port_base=port_base, port_span=port_span, health_path=health_path
+        key=0,
+        host=host,
+        port_base=port_base,
+        port_span=port_span,
+        health_path=health_path,
+        identity=identity,
     )
     return probe_all([target], timeout=timeout, concurrency=max(1, port_span))[0]

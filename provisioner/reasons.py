@@ -383,6 +383,19 @@ _PROBE_KINDS: tuple[tuple[str, re.Pattern[str], str, str], ...] = (
         "Check the job log: the server may have failed to bind its port. Restart the replica.",
     ),
     (
+        "identity",
+        re.compile(r"identity not proven", re.IGNORECASE),
+        "The server answers its health check but could not prove it is this replica's server.",
+        "Check the engine takes the replica's key ($OBLETH_REPLICA_API_KEY, as the recipe "
+        "passes it) or serves the model name; read the job log.",
+    ),
+    (
+        "no_http",
+        re.compile(r"no HTTP answer", re.IGNORECASE),
+        "Something accepts connections on the port but does not speak HTTP.",
+        "Check the server listens on $OBLETH_SERVING_PORT with HTTP; read the job log.",
+    ),
+    (
         "loading",
         re.compile(r"\bloading\b", re.IGNORECASE),
         "The server is up and still loading the model.",

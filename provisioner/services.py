@@ -15,13 +15,17 @@ log = logging.getLogger(__name__)
 
 
 def warm_up_replica(replica_id: str, api_base: str, model_type: str = "chat") -> dict[str, Any]:
-    """Pay a promoted replica's cold first request so the first user does not."""
+    """Pay a promoted replica's cold first request so the first user does not. The request
+    carries the replica's key (its engine refuses /v1 without it)."""
+    from obleth.core.models import Replica
     from provisioner.warmup import warm_up
 
+    api_key = Replica.objects.filter(pk=replica_id).values_list("api_key", flat=True).first() or ""
     result = warm_up(
         api_base,
         timeout=float(settings.OBLETH_PROVISIONER_WARMUP_TIMEOUT_SECS),
         model_type=model_type,
+        api_key=api_key,
     )
     if result.ok:
         log.info("warm-up of replica %s at %s done", replica_id, api_base)

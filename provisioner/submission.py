@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provisioner.identity import KEY_ENV
 from provisioner.script import render_batch_script
 from provisioner.slurm.convert import expand_nodelist, parse_memory_mb, parse_time_limit
 from provisioner.slurm.types import JobSubmission
@@ -20,7 +23,7 @@ DEFAULT_PATH = (
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:"
     "/opt/apptainer/bin:/opt/singularity/bin"
 )
-SECRET_ENV_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
+SECRET_ENV_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", KEY_ENV})
 
 
 def build_submission(
@@ -32,9 +35,14 @@ def build_submission(
     port_span: int,
     excluded_nodes: tuple[str, ...] = (),
     client: SlurmClient | None = None,
+    replica_api_key: str = "",
 ) -> JobSubmission:
     """Everything one submit sends. Values were validated when the spec was saved; a value that
-    no longer parses is left out with a warning rather than blocking every launch."""
+    no longer parses is left out with a warning rather than blocking every launch.
+
+    ``replica_api_key`` goes to the job's environment as ``OBLETH_REPLICA_API_KEY`` (the script
+    text and the job name never carry it; :func:`submission_record` masks it)."""
+    _refresh_installed_test_engine(spec.script_body)
     script = render_batch_script(
         script_body=spec.script_body,
         image=spec.image,
@@ -47,6 +55,8 @@ def build_submission(
     hf_token = (slurm.hf_token or "").strip()
     if hf_token:
         env += [("HF_TOKEN", hf_token), ("HUGGING_FACE_HUB_TOKEN", hf_token)]
+    if replica_api_key:
+        env.append((KEY_ENV, replica_api_key))
 
     time_limit: int | None = None
     if spec.time_limit.strip():
@@ -107,6 +117,29 @@ def build_submission(
         standard_output=f"{log_dir}/{job_name}-%j.out" if log_dir else "",
         standard_error=f"{log_dir}/{job_name}-%j.err" if log_dir else "",
     )
+
+
+def _refresh_installed_test_engine(script: str) -> None:
+    """A spec rendered before an upgrade runs the installed copy of the test engine; an old copy
+    would not demand the replica key and its replicas would never be promoted. Bring the copy up
+    to date before such a submit (checked once per process; a no-op when it is current)."""
+    if "testengine/server.py" not in script:
+        return
+    from django.conf import settings
+
+    engines_dir = Path(settings.OBLETH_ENGINES_DIR)
+    if str(engines_dir / "testengine" / "server.py") in script:
+        _install_once(engines_dir)
+
+
+@functools.cache
+def _install_once(engines_dir: Path) -> None:
+    from provisioner.testengine import install_copy
+
+    try:
+        install_copy(engines_dir)
+    except OSError as exc:  # the job reports it if the copy is really unusable
+        log.warning("could not refresh the test engine under %s: %s", engines_dir, exc)
 
 
 def collect_nodelist(nodes: list[str]) -> str:

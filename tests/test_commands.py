@@ -125,11 +125,27 @@ def test_configure_slurm_keeps_the_stored_jwt_when_the_env_is_empty(
     monkeypatch.setenv("OBLETH_SLURM_JWT", JWT)
     run("configure_slurm", "--url", "http://127.0.0.1:6820", "--user", "slurm")
     monkeypatch.delenv("OBLETH_SLURM_JWT")
-    _, err = run("configure_slurm", "--url", "http://127.0.0.1:6821", "--user", "slurm")
+    _, err = run("configure_slurm", "--url", "http://127.0.0.1:6820/", "--user", "slurm")
     slurm = SlurmSettings.load()
-    assert slurm.jwt == JWT and slurm.slurmrestd_url == "http://127.0.0.1:6821"
+    assert slurm.jwt == JWT and slurm.slurmrestd_url == "http://127.0.0.1:6820"
     assert "jwt=set" in err and "version=detect" in err
     assert slurm.enabled is False  # only --enable switches it on
+
+
+def test_configure_slurm_drops_the_stored_jwt_for_a_new_url_unless_kept(
+    db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JWT was given for one host: a new --url without a token does not carry it along."""
+    monkeypatch.setenv("OBLETH_SLURM_JWT", JWT)
+    run("configure_slurm", "--url", "http://127.0.0.1:6820", "--user", "slurm")
+    monkeypatch.delenv("OBLETH_SLURM_JWT")
+    _, err = run("configure_slurm", "--url", "http://127.0.0.1:6821", "--user", "slurm")
+    assert SlurmSettings.load().jwt == "" and "jwt=not set" in err
+    monkeypatch.setenv("OBLETH_SLURM_JWT", JWT)
+    run("configure_slurm", "--url", "http://127.0.0.1:6821", "--user", "slurm")
+    monkeypatch.delenv("OBLETH_SLURM_JWT")
+    run("configure_slurm", "--url", "http://127.0.0.1:6822", "--user", "slurm", "--keep-secret")
+    assert SlurmSettings.load().jwt == JWT
 
 
 def test_configure_slurm_reads_the_named_env_variable(

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from obleth.accounts import services
 from obleth.accounts.models import ApiToken, AuditEntry
 from obleth.api.auth import IsStaff
+from obleth.api.filters import BoundedIsoDateTimeFilter
 
 UUID_RE = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
 
@@ -180,8 +181,8 @@ class AuditEntrySerializer(serializers.ModelSerializer[AuditEntry]):
 
 class AuditFilter(django_filters.FilterSet):
     actor = django_filters.CharFilter(field_name="actor_name", help_text="Username (exact).")
-    since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lte")
+    since = BoundedIsoDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = BoundedIsoDateTimeFilter(field_name="at", lookup_expr="lte")
 
     class Meta:
         model = AuditEntry

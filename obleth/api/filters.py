@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
+from django import forms
 
 from obleth.core.choices import HealthStatus, HostingMode, ModelType, ReplicaState
 from obleth.core.models import Alert, Endpoint, Launch, ManagedSpec, Model, Recipe, Replica
+
+
+class BoundedIsoDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 time the database can hold: years 1900-9999, an offset within +-14 h
+    (PostgreSQL refuses '+21:17' with an error that would otherwise be a 500)."""
+
+    def clean(self, value: Any) -> Any:
+        cleaned = super().clean(value)
+        if cleaned is None:
+            return cleaned
+        offset = cleaned.utcoffset()
+        if not 1900 <= cleaned.year <= 9999 or (
+            offset is not None and abs(offset.total_seconds()) > 14 * 3600
+        ):
+            raise forms.ValidationError(
+                "Give a time between 1900 and 9999 with an offset within +-14:00, "
+                "e.g. 2026-12-01T09:00:00Z."
+            )
+        return cleaned
+
+
+class BoundedIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = BoundedIsoDateTimeField
 
 
 class ModelFilter(django_filters.FilterSet):

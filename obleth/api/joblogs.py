@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -55,11 +54,9 @@ class ReplicaLogView(GenericAPIView[Launch]):
         responses={200: JobLogSerializer},
     )
     def get(self, request: Request, pk: str) -> HttpResponseBase:
-        try:
-            stream = parse_stream(request.query_params.get("stream"))
-            tail = parse_tail(request.query_params.get("tail"))
-        except ValidationError as exc:
-            return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
+        # A ValidationError becomes the API's one error shape, naming the field (errors.py).
+        stream = parse_stream(request.query_params.get("stream"))
+        tail = parse_tail(request.query_params.get("tail"))
         launch = Launch.objects.filter(pk=pk).first()
         if launch is None:
             return Response(

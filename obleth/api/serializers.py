@@ -6,6 +6,8 @@ Secrets are write-only everywhere: answers say ``*_set`` and ``*_last4``, never 
 from __future__ import annotations
 
 import datetime as dt
+import difflib
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -13,6 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from obleth.core import services
+from obleth.core import validators as v
 from obleth.core.models import (
     Alert,
     Endpoint,
@@ -25,6 +28,63 @@ from obleth.core.models import (
     mask_secret,
 )
 from obleth.core.validators import validate_node_addresses
+
+# ------------------------------------------------------------------------------------ strictness
+
+
+def unknown_field_errors(data: Any, known: Mapping[str, Any]) -> dict[str, list[str]]:
+    """One message per field of ``data`` the serializer does not have, with a close match."""
+    if not isinstance(data, Mapping):
+        return {}
+    errors: dict[str, list[str]] = {}
+    for name in data:
+        if name in known:
+            continue
+        text = str(name)
+        close = difflib.get_close_matches(text, [str(k) for k in known], n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        errors[text] = [
+            f"{text!r} is not a field of this request, so it would be ignored.{hint} "
+            f"Known fields: {', '.join(sorted(str(k) for k in known))}."
+        ]
+    return errors
+
+
+def refuse_any_body_field(data: Any) -> None:
+    """For actions that take no body (restart, clear-lost, the connection test): any field sent
+    is unknown, and a 400 says so rather than ignoring it."""
+    if isinstance(data, Mapping) and data:
+        raise serializers.ValidationError(
+            {
+                str(name): [f"{name!r}: this action takes no fields; send an empty body."]
+                for name in data
+            }
+        )
+
+
+class StrictFieldsMixin:
+    """Unknown JSON fields are a 400 naming them, not silently dropped (a typo such as
+    ``replica`` for ``target_replicas`` would otherwise be lost with a 200)."""
+
+    fields: Any
+    initial_data: Any
+
+    def to_internal_value(self, data: Any) -> Any:
+        errors = unknown_field_errors(data, self.fields)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+def may_keep_secret(serializer: serializers.BaseSerializer[Any]) -> bool:
+    request = serializer.context.get("request")
+    return services.may_keep_secret(getattr(request, "user", None))
+
+
+KEEP_SECRET_HELP = (
+    "Admins only. With a changed URL, keep the stored secret for the new URL; without it, "
+    "changing the URL removes the stored secret unless the same request sends it again."
+)
 
 # ------------------------------------------------------------------------------------------ models
 
@@ -49,9 +109,11 @@ def unique_name(
     return value
 
 
-class ModelSerializer(serializers.ModelSerializer[Model]):
+class ModelSerializer(StrictFieldsMixin, serializers.ModelSerializer[Model]):
     name = serializers.CharField(
-        max_length=200, help_text="The name clients send in the 'model' field."
+        max_length=200,
+        validators=[v.validate_name_text],
+        help_text="The name clients send in the 'model' field.",
     )
     managed = serializers.SerializerMethodField(
         help_text="Whether a managed spec exists (Slurm-provisioned models)."
@@ -110,7 +172,7 @@ class ModelSerializer(serializers.ModelSerializer[Model]):
 # --------------------------------------------------------------------------------------- endpoints
 
 
-class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
+class EndpointSerializer(StrictFieldsMixin, serializers.ModelSerializer[Endpoint]):
     model_id = serializers.UUIDField(read_only=True)
     model_name = serializers.CharField(source="model.name", read_only=True)
     api_key = serializers.CharField(
@@ -118,11 +180,17 @@ class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
         required=False,
         allow_blank=True,
         trim_whitespace=True,
+        validators=[v.validate_api_key],
         style={"input_type": "password"},
-        help_text="Write-only. Omitted or empty keeps the stored key; api_key_clear removes it.",
+        help_text="Write-only. Omitted or empty keeps the stored key; api_key_clear removes it. "
+        "A changed api_base removes the stored key unless the key is sent again (or an admin "
+        "sends keep_secret).",
     )
     api_key_clear = serializers.BooleanField(
         write_only=True, required=False, default=False, help_text="Remove the stored API key."
+    )
+    keep_secret = serializers.BooleanField(
+        write_only=True, required=False, default=False, help_text=KEEP_SECRET_HELP
     )
     api_key_set = serializers.SerializerMethodField()
     api_key_last4 = serializers.SerializerMethodField()
@@ -155,6 +223,7 @@ class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
             "api_base",
             "api_key",
             "api_key_clear",
+            "keep_secret",
             "api_key_set",
             "api_key_last4",
             "priority",
@@ -199,12 +268,26 @@ class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        # Secrets are write-only: omitted or empty keeps the stored key; clearing is explicit.
-        clear = attrs.pop("api_key_clear", False)
-        if not attrs.get("api_key"):
-            attrs.pop("api_key", None)
-        if clear:
-            attrs["api_key"] = ""
+        # Secrets are write-only: omitted or empty keeps the stored key; clearing is explicit;
+        # a changed api_base drops the stored key (services.secret_for_destination).
+        clear = bool(attrs.pop("api_key_clear", False))
+        keep = bool(attrs.pop("keep_secret", False))
+        if keep and not may_keep_secret(self):
+            raise services.refuse_keep_secret("keep_secret")
+        supplied = attrs.pop("api_key", None)
+        if self.instance is None:
+            if supplied and not clear:
+                attrs["api_key"] = supplied
+            return super().validate(attrs)
+        bound = services.endpoint_api_key(
+            self.instance,
+            supplied,
+            new_api_base=attrs.get("api_base", self.instance.api_base),
+            clear=clear,
+            keep_secret=keep,
+        )
+        if bound.value != (self.instance.api_key or ""):
+            attrs["api_key"] = bound.value
         return super().validate(attrs)
 
     def validate_name(self, value: str) -> str:
@@ -225,12 +308,13 @@ class EndpointSerializer(serializers.ModelSerializer[Endpoint]):
 # ---------------------------------------------------------------------------------- managed specs
 
 
-class ManagedSpecSerializer(serializers.ModelSerializer[ManagedSpec]):
+class ManagedSpecSerializer(StrictFieldsMixin, serializers.ModelSerializer[ManagedSpec]):
     model_id = serializers.UUIDField(read_only=True)
     model_name = serializers.CharField(source="model.name", read_only=True)
     partition = serializers.CharField(
         max_length=200,
         allow_blank=True,
+        validators=[v.validate_partition],
         help_text="Slurm partition to submit to (sinfo lists them).",
     )
     serving_port = serializers.IntegerField(
@@ -245,32 +329,48 @@ class ManagedSpecSerializer(serializers.ModelSerializer[ManagedSpec]):
     nodes = serializers.IntegerField(
         required=False,
         min_value=1,
-        error_messages={"min_value": "A replica needs at least 1 node."},
+        max_value=v.MAX_NODES,
+        error_messages={
+            "min_value": "A replica needs at least 1 node.",
+            "max_value": f"nodes: a replica uses at most {v.MAX_NODES} nodes.",
+        },
     )
     cpus_per_task = serializers.IntegerField(
         required=False,
         allow_null=True,
         min_value=0,
-        error_messages={"min_value": "Use 0 or more CPUs per task (0 or empty: Slurm's default)."},
+        max_value=v.MAX_CPUS_PER_TASK,
+        error_messages={
+            "min_value": "Use 0 or more CPUs per task (0 or empty: Slurm's default).",
+            "max_value": f"cpus_per_task: use at most {v.MAX_CPUS_PER_TASK}.",
+        },
     )
     target_replicas = serializers.IntegerField(
         required=False,
         min_value=0,
-        max_value=1000,
+        max_value=v.MAX_REPLICAS,
         error_messages={
             "min_value": "Use 0 or more replicas (0 stops every replica).",
-            "max_value": "Use at most 1000 replicas.",
+            "max_value": f"Use at most {v.MAX_REPLICAS} replicas.",
         },
     )
     min_replicas = serializers.IntegerField(
         required=False,
         min_value=0,
-        error_messages={"min_value": "Use 0 or more (the health floor of the model)."},
+        max_value=v.MAX_REPLICAS,
+        error_messages={
+            "min_value": "Use 0 or more (the health floor of the model).",
+            "max_value": f"Use at most {v.MAX_REPLICAS}.",
+        },
     )
     max_job_failures = serializers.IntegerField(
         required=False,
         min_value=0,
-        error_messages={"min_value": "Use 0 (never stop) or more failed launches."},
+        max_value=v.MAX_JOB_FAILURES,
+        error_messages={
+            "min_value": "Use 0 (never stop) or more failed launches.",
+            "max_value": f"Use at most {v.MAX_JOB_FAILURES}.",
+        },
     )
     recipe = serializers.PrimaryKeyRelatedField(
         queryset=Recipe.objects.all(), required=False, allow_null=True
@@ -326,10 +426,11 @@ class ManagedSpecSerializer(serializers.ModelSerializer[ManagedSpec]):
         return spec
 
 
-class ProvisionErrorSerializer(serializers.Serializer[ManagedSpec]):
+class ProvisionErrorSerializer(StrictFieldsMixin, serializers.Serializer[ManagedSpec]):
     error = serializers.CharField(
         allow_null=True,
         allow_blank=True,
+        max_length=10_000,
         help_text="null (or empty) dismisses the banner; a string records a refused-job message.",
     )
 
@@ -338,6 +439,11 @@ class ProvisionErrorSerializer(serializers.Serializer[ManagedSpec]):
 
 
 class ReplicaSerializer(serializers.ModelSerializer[Replica]):
+    identity_proven = serializers.BooleanField(
+        read_only=True,
+        help_text="False: the probe could not prove the server is this replica's (e.g. Ollama).",
+    )
+
     class Meta:
         model = Replica
         fields = [
@@ -355,6 +461,8 @@ class ReplicaSerializer(serializers.ModelSerializer[Replica]):
             "last_message",
             "probe_failures",
             "excluded_nodes",
+            "identity_check",
+            "identity_proven",
             "submitted_at",
             "started_at",
             "healthy_at",
@@ -416,8 +524,8 @@ class LaunchSerializer(serializers.ModelSerializer[Launch]):
 # ---------------------------------------------------------------------------------------- recipes
 
 
-class RecipeSerializer(serializers.ModelSerializer[Recipe]):
-    name = serializers.CharField(max_length=200)
+class RecipeSerializer(StrictFieldsMixin, serializers.ModelSerializer[Recipe]):
+    name = serializers.CharField(max_length=200, validators=[v.validate_name_text])
 
     class Meta:
         model = Recipe
@@ -483,7 +591,7 @@ class AlertSerializer(serializers.ModelSerializer[Alert]):
 # -------------------------------------------------------------------------------- Slurm settings
 
 
-class SlurmSettingsSerializer(serializers.ModelSerializer[SlurmSettings]):
+class SlurmSettingsSerializer(StrictFieldsMixin, serializers.ModelSerializer[SlurmSettings]):
     """The Slurm connection and cluster defaults, secrets write-only."""
 
     jwt = serializers.CharField(
@@ -491,8 +599,11 @@ class SlurmSettingsSerializer(serializers.ModelSerializer[SlurmSettings]):
         required=False,
         allow_blank=True,
         trim_whitespace=True,
+        validators=[v.validate_jwt],
         style={"input_type": "password"},
-        help_text="Write-only. Empty or omitted keeps the stored JWT; send jwt_clear to remove it.",
+        help_text="Write-only. Empty or omitted keeps the stored JWT; send jwt_clear to remove it. "
+        "A changed slurmrestd_url removes the stored JWT and Hugging Face token unless they are "
+        "sent again (or an admin sends keep_secret).",
     )
     jwt_clear = serializers.BooleanField(write_only=True, required=False, default=False)
     hf_token = serializers.CharField(
@@ -500,11 +611,15 @@ class SlurmSettingsSerializer(serializers.ModelSerializer[SlurmSettings]):
         required=False,
         allow_blank=True,
         trim_whitespace=True,
+        validators=[v.validate_hf_token],
         style={"input_type": "password"},
         help_text="Write-only Hugging Face token. Empty or omitted keeps it; hf_token_clear "
         "removes it.",
     )
     hf_token_clear = serializers.BooleanField(write_only=True, required=False, default=False)
+    keep_secret = serializers.BooleanField(
+        write_only=True, required=False, default=False, help_text=KEEP_SECRET_HELP
+    )
     images = StringMapField(
         required=False, help_text='Engine name -> image path, e.g. {"vllm": "vllm.sif"}.'
     )
@@ -537,6 +652,7 @@ class SlurmSettingsSerializer(serializers.ModelSerializer[SlurmSettings]):
             "jwt_expired",
             "hf_token",
             "hf_token_clear",
+            "keep_secret",
             "hf_token_set",
             "hf_token_last4",
             "cache_dir",
@@ -597,11 +713,15 @@ class SlurmSettingsSerializer(serializers.ModelSerializer[SlurmSettings]):
 
     def update(self, instance: SlurmSettings, validated_data: dict[str, Any]) -> SlurmSettings:
         data = dict(validated_data)
+        keep = bool(data.pop("keep_secret", False))
+        if keep and not may_keep_secret(self):
+            raise services.refuse_keep_secret("keep_secret")
         secrets = {
             "jwt": data.pop("jwt", None),
             "jwt_clear": bool(data.pop("jwt_clear", False)),
             "hf_token": data.pop("hf_token", None),
             "hf_token_clear": bool(data.pop("hf_token_clear", False)),
+            "keep_secret": keep,
         }
         return services.update_slurm_settings(
             data, actor=self.context.get("actor", "admin"), **secrets

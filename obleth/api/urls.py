@@ -6,7 +6,7 @@ optional everywhere."""
 from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
 from obleth.accounts import api as accounts_api
@@ -76,7 +76,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("schema/", SpectacularAPIView.as_view(permission_classes=[IsStaff]), name="schema"),
     path(
         "docs/",
-        SpectacularSwaggerView.as_view(url_name="api:schema", permission_classes=[IsStaff]),
+        SpectacularSwaggerSplitView.as_view(url_name="api:schema", permission_classes=[IsStaff]),
         name="docs",
     ),
 ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -44,6 +43,16 @@ def actor_of(request: Request) -> str:
     """Who is acting, for audit lines: the staff username or 'admin-token'."""
     user = request.user
     return str(getattr(user, "username", "") or user or "anonymous")
+
+
+def no_spec_response(model: Model) -> Response:
+    return Response(
+        {
+            "error": f"Model {model.name!r} has no managed spec: PUT "
+            f"/api/v1/models/{model.pk}/managed to have obleth launch it on Slurm."
+        },
+        status=status.HTTP_404_NOT_FOUND,
+    )
 
 
 class ActorContextMixin:
@@ -140,7 +149,7 @@ class EndpointViewSet(viewsets.ReadOnlyModelViewSet[Endpoint]):
 
 
 class ManagedSpecView(ActorContextMixin, GenericAPIView[ManagedSpec]):
-    """A model's Slurm spec: GET (null when unmanaged), PUT/PATCH (upsert), DELETE."""
+    """A model's Slurm spec: GET (404 when unmanaged), PUT/PATCH (upsert), DELETE."""
 
     permission_classes = [permissions.ManagedSpecPermission]
     serializer_class = serializers.ManagedSpecSerializer
@@ -150,6 +159,10 @@ class ManagedSpecView(ActorContextMixin, GenericAPIView[ManagedSpec]):
     def _model(self) -> Model:
         return get_object_or_404(Model, pk=self.kwargs["model_id"])
 
+    def get_object(self) -> ManagedSpec:
+        """The model's spec (OPTIONS describes PUT with it); 404 when there is none."""
+        return get_object_or_404(self.get_queryset(), model=self._model())
+
     def get_serializer_context(self) -> dict[str, Any]:
         context = super().get_serializer_context()
         if "model_id" in self.kwargs and not getattr(self, "swagger_fake_view", False):
@@ -158,19 +171,17 @@ class ManagedSpecView(ActorContextMixin, GenericAPIView[ManagedSpec]):
 
     @extend_schema(
         summary="Get a model's managed spec",
+        description="404 when the model has no managed spec (PUT one to manage it).",
         parameters=[MODEL_ID],
         responses={
-            200: OpenApiResponse(
-                serializers.ManagedSpecSerializer,
-                description="The spec, or null when the model is not managed.",
-            )
+            200: OpenApiResponse(serializers.ManagedSpecSerializer, description="The spec.")
         },
     )
-    def get(self, request: Request, model_id: str) -> Response | HttpResponse:
+    def get(self, request: Request, model_id: str) -> Response:
         model = self._model()
         spec = self.get_queryset().filter(model=model).first()
         if spec is None:
-            return HttpResponse(b"null", content_type="application/json")
+            return no_spec_response(model)
         return Response(self.get_serializer(spec).data)
 
     def _save(self, request: Request, *, partial: bool) -> Response:
@@ -214,10 +225,7 @@ class ManagedSpecView(ActorContextMixin, GenericAPIView[ManagedSpec]):
     def delete(self, request: Request, model_id: str) -> Response:
         model = self._model()
         if not services.delete_managed_spec(model, actor=actor_of(request)):
-            return Response(
-                {"error": f"Model {model.name!r} has no managed spec."},
-                status=status.HTTP_404_NOT_FOUND,
-            )
+            return no_spec_response(model)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -237,10 +245,7 @@ class ProvisionErrorView(ActorContextMixin, GenericAPIView[ManagedSpec]):
         model = get_object_or_404(Model, pk=model_id)
         spec = self.get_queryset().filter(model=model).first()
         if spec is None:
-            return Response(
-                {"error": f"Model {model.name!r} has no managed spec."},
-                status=status.HTTP_404_NOT_FOUND,
-            )
+            return no_spec_response(model)
         body = self.get_serializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.set_provision_error(spec, body.validated_data["error"], actor=actor_of(request))
@@ -280,6 +285,7 @@ class ReplicaViewSet(viewsets.ReadOnlyModelViewSet[Replica]):
     )
     @action(detail=True, methods=["post"], permission_classes=[permissions.RestartReplica])
     def restart(self, request: Request, pk: str) -> Response:
+        serializers.refuse_any_body_field(request.data)
         try:
             replica = services.restart_replica(pk, actor=actor_of(request))
         except Replica.DoesNotExist:
@@ -314,6 +320,7 @@ class ModelReplicaViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Replica
         permission_classes=[permissions.ClearLost],
     )
     def clear_lost(self, request: Request, model_id: str) -> Response:
+        serializers.refuse_any_body_field(request.data)
         count = services.clear_lost(model_id, actor=actor_of(request))
         return Response({"cleared": count})
 
@@ -382,12 +389,16 @@ class SlurmSettingsView(ActorContextMixin, GenericAPIView[SlurmSettings]):
     queryset = SlurmSettings.objects.all()
     filter_backends: list[Any] = []
 
+    def get_object(self) -> SlurmSettings:
+        """The single settings row (there is no id in the URL)."""
+        return SlurmSettings.load()
+
     @extend_schema(summary="The Slurm connection, cluster defaults and provisioner status")
     def get(self, request: Request) -> Response:
-        return Response(self.get_serializer(SlurmSettings.load()).data)
+        return Response(self.get_serializer(self.get_object()).data)
 
     def _save(self, request: Request, *, partial: bool) -> Response:
-        serializer = self.get_serializer(SlurmSettings.load(), data=request.data, partial=partial)
+        serializer = self.get_serializer(self.get_object(), data=request.data, partial=partial)
         serializer.is_valid(raise_exception=True)
         obj = serializer.save()
         return Response(self.get_serializer(obj).data)
@@ -422,6 +433,7 @@ class SlurmTestView(GenericAPIView[SlurmSettings]):
         responses={200: serializers.SlurmTestResultSerializer},
     )
     def post(self, request: Request) -> Response:
+        serializers.refuse_any_body_field(request.data)
         result = services.check_slurm_connection(SlurmSettings.load())
         return Response(serializers.SlurmTestResultSerializer(result).data)
 

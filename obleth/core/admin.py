@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from obleth.core import services
+from obleth.core import validators as v
 from obleth.core.admin_cockpit import cockpit_context, cockpit_urls
 from obleth.core.choices import STATE_COLOURS, HostingMode, ReplicaState
 from obleth.core.models import (
@@ -128,17 +129,77 @@ class SecretInput(forms.PasswordInput):
         )
 
 
-def secret_field(label: str, help_text: str) -> forms.CharField:
+def secret_field(
+    label: str, help_text: str, validators: list[Any] | None = None
+) -> forms.CharField:
     return forms.CharField(
-        label=label, required=False, strip=True, widget=SecretInput(), help_text=help_text
+        label=label,
+        required=False,
+        strip=True,
+        widget=SecretInput(),
+        help_text=help_text,
+        validators=validators or [],
     )
+
+
+KEEP_SECRET_LABEL = "Keep the stored token for the new URL"
+KEEP_SECRET_HELP = (
+    "Admins only. Without it, changing the URL removes the stored secret (it was given for the "
+    "old host) unless you paste it again above."
+)
+
+
+class KeepSecretFormMixin:
+    """The "keep the stored token for the new URL" checkbox: only an admin may tick it."""
+
+    allow_keep_secret = False  # set per request by the ModelAdmin's get_form
+    cleaned_data: dict[str, Any]
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean()  # type: ignore[misc]
+        if data.get("keep_secret_for_new_url") and not self.allow_keep_secret:
+            self.add_error(  # type: ignore[attr-defined]
+                "keep_secret_for_new_url",
+                "Only an admin may keep a stored secret for a new URL: paste the secret again "
+                "for the new URL, or untick this box (the stored one is then removed).",
+            )
+        return data
+
+
+class KeepSecretAdminMixin:
+    """Tells the form whether the user may keep a secret for a new URL."""
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)  # type: ignore[misc]
+        form.allow_keep_secret = services.may_keep_secret(request.user)
+        return form
 
 
 # ------------------------------------------------------------------------------------------ models
 
 
+class EndpointInlineForm(forms.ModelForm):
+    """The inline edits api_base without the key fields: a changed api_base drops the stored
+    key (services.secret_for_destination), as everywhere else."""
+
+    class Meta:
+        model = Endpoint
+        fields = ("name", "api_base", "priority", "weight", "enabled")
+
+    def save(self, commit: bool = True) -> Endpoint:
+        instance: Endpoint = super().save(commit=False)
+        bound = services.endpoint_api_key(instance, None, new_api_base=instance.api_base)
+        instance.api_key = bound.value
+        if commit:
+            instance.save()
+        return instance
+
+
 class EndpointInline(admin.TabularInline):
     model = Endpoint
+    form = EndpointInlineForm
     extra = 0
     fields = ("name", "api_base", "priority", "weight", "enabled", "health", "replica_id")
     readonly_fields = ("health", "replica_id")
@@ -310,12 +371,19 @@ class ModelAdmin(ActionPermissions, admin.ModelAdmin):
 # --------------------------------------------------------------------------------------- endpoints
 
 
-class EndpointAdminForm(forms.ModelForm):
+class EndpointAdminForm(KeepSecretFormMixin, forms.ModelForm):
     new_api_key = secret_field(
         "API key",
-        "Write-only. Leave blank to keep the stored key; tick 'Clear API key' to remove it.",
+        "Write-only. Leave blank to keep the stored key; tick 'Clear API key' to remove it. "
+        "Changing api_base removes the stored key unless you paste it again (or an admin ticks "
+        "'Keep the stored token for the new URL').",
+        validators=[v.validate_api_key],
     )
     clear_api_key = forms.BooleanField(label="Clear API key", required=False)
+    keep_secret_for_new_url = forms.BooleanField(
+        label=KEEP_SECRET_LABEL, required=False, help_text=KEEP_SECRET_HELP
+    )
+    secret_dropped = False
 
     class Meta:
         model = Endpoint
@@ -323,18 +391,23 @@ class EndpointAdminForm(forms.ModelForm):
 
     def save(self, commit: bool = True) -> Endpoint:
         instance = super().save(commit=False)
-        instance.api_key = services.keep_or_replace_secret(
-            instance.api_key or "",
+        bound = services.endpoint_api_key(
+            instance,
             self.cleaned_data.get("new_api_key"),
+            new_api_base=instance.api_base,
             clear=bool(self.cleaned_data.get("clear_api_key")),
+            keep_secret=bool(self.cleaned_data.get("keep_secret_for_new_url"))
+            and self.allow_keep_secret,
         )
+        instance.api_key = bound.value
+        self.secret_dropped = bound.dropped
         if commit:
             instance.save()
         return instance
 
 
 @admin.register(Endpoint)
-class EndpointAdmin(ActionPermissions, admin.ModelAdmin):
+class EndpointAdmin(ActionPermissions, KeepSecretAdminMixin, admin.ModelAdmin):
     form = EndpointAdminForm
     list_display = (
         "name",
@@ -366,7 +439,17 @@ class EndpointAdmin(ActionPermissions, admin.ModelAdmin):
     )
     fieldsets = (
         (None, {"fields": ("model", "name", "api_base", "priority", "weight", "enabled")}),
-        ("API key", {"fields": ("api_key_status", "new_api_key", "clear_api_key")}),
+        (
+            "API key",
+            {
+                "fields": (
+                    "api_key_status",
+                    "new_api_key",
+                    "clear_api_key",
+                    "keep_secret_for_new_url",
+                )
+            },
+        ),
         (
             "Health",
             {
@@ -387,6 +470,18 @@ class EndpointAdmin(ActionPermissions, admin.ModelAdmin):
     @admin.display(description="health", ordering="health_status")
     def health(self, obj: Endpoint) -> SafeString:
         return badge(obj.health_status)
+
+    def save_model(
+        self, request: HttpRequest, obj: Endpoint, form: forms.ModelForm, change: bool
+    ) -> None:
+        super().save_model(request, obj, form, change)
+        if getattr(form, "secret_dropped", False):
+            self.message_user(
+                request,
+                "api_base changed: the stored API key was removed (it was given for the old "
+                "address). Paste the key for the new address if it needs one.",
+                messages.WARNING,
+            )
 
     @admin.action(
         description="Restart the replica behind the endpoint (Slurm endpoints)",
@@ -512,6 +607,7 @@ REPLICA_FIELDS = (
     "port_base",
     "port",
     "endpoint_id",
+    "identity",
     "cancel_requested",
     "last_message",
     "last_probe",
@@ -539,6 +635,7 @@ class ReplicaAdmin(ActionPermissions, admin.ModelAdmin):
         "job_id",
         "nodes",
         "port",
+        "identity",
         "cancel_requested",
         "last_message",
         "created_at",
@@ -559,6 +656,11 @@ class ReplicaAdmin(ActionPermissions, admin.ModelAdmin):
     @admin.display(description="state", ordering="state")
     def state_badge(self, obj: Replica) -> SafeString:
         return badge(obj.state, obj.get_state_display())
+
+    @admin.display(description="identity", ordering="identity_check")
+    def identity(self, obj: Replica) -> str:
+        """Whether the probe proves the server is this replica's (never the key itself)."""
+        return "proven (replica key)" if obj.identity_proven else "identity not proven"
 
     @admin.action(
         description="Restart replica (cancel its job; a new one is launched)",
@@ -650,15 +752,22 @@ class RecipeAdmin(admin.ModelAdmin):
 # ---------------------------------------------------------------------------------- Slurm settings
 
 
-class SlurmSettingsForm(forms.ModelForm):
+class SlurmSettingsForm(KeepSecretFormMixin, forms.ModelForm):
     new_jwt = secret_field(
         "New JWT",
         "Write-only. Paste the raw token from `scontrol token`; leave blank to keep the stored "
-        "one.",
+        "one. Changing the slurmrestd URL removes the stored JWT and Hugging Face token unless "
+        "you paste them again (or an admin ticks 'Keep the stored token for the new URL').",
+        validators=[v.validate_jwt],
     )
     clear_jwt = forms.BooleanField(label="Clear the JWT", required=False)
+    keep_secret_for_new_url = forms.BooleanField(
+        label=KEEP_SECRET_LABEL, required=False, help_text=KEEP_SECRET_HELP
+    )
     new_hf_token = secret_field(
-        "New Hugging Face token", "Write-only. Leave blank to keep the stored token."
+        "New Hugging Face token",
+        "Write-only. Leave blank to keep the stored token.",
+        validators=[v.validate_hf_token],
     )
     clear_hf_token = forms.BooleanField(label="Clear the Hugging Face token", required=False)
 
@@ -676,7 +785,7 @@ class SlurmSettingsForm(forms.ModelForm):
 
 
 @admin.register(SlurmSettings)
-class SlurmSettingsAdmin(admin.ModelAdmin):
+class SlurmSettingsAdmin(KeepSecretAdminMixin, admin.ModelAdmin):
     """A singleton: the list goes straight to the one row; no add, no delete."""
 
     form = SlurmSettingsForm
@@ -700,6 +809,7 @@ class SlurmSettingsAdmin(admin.ModelAdmin):
                     "jwt_status",
                     "new_jwt",
                     "clear_jwt",
+                    "keep_secret_for_new_url",
                 )
             },
         ),
@@ -799,15 +909,25 @@ class SlurmSettingsAdmin(admin.ModelAdmin):
         self, request: HttpRequest, obj: SlurmSettings, form: forms.ModelForm, change: bool
     ) -> None:
         values = {name: form.cleaned_data[name] for name in services.SETTINGS_FIELDS}
+        had_jwt = bool(obj.jwt)  # the form never sets the secret fields of the instance
         saved = services.update_slurm_settings(
             values,
             jwt=form.cleaned_data.get("new_jwt"),
             jwt_clear=bool(form.cleaned_data.get("clear_jwt")),
             hf_token=form.cleaned_data.get("new_hf_token"),
             hf_token_clear=bool(form.cleaned_data.get("clear_hf_token")),
+            keep_secret=bool(form.cleaned_data.get("keep_secret_for_new_url"))
+            and services.may_keep_secret(request.user),
             actor=actor_of(request),
         )
         obj.jwt, obj.hf_token = saved.jwt, saved.hf_token
+        if had_jwt and not saved.jwt and not form.cleaned_data.get("clear_jwt"):
+            self.message_user(
+                request,
+                "The slurmrestd URL changed: the stored JWT and Hugging Face token were removed "
+                "(they were given for the old host). Paste the tokens for the new host.",
+                messages.WARNING,
+            )
 
     @admin.display(description="Stored JWT")
     def jwt_status(self, obj: SlurmSettings) -> str:

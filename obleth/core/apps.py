@@ -13,7 +13,8 @@ class CoreConfig(AppConfig):
         from django.conf import settings
         from django.db.models.signals import post_init
 
-        from obleth.core.models import Endpoint, SlurmSettings
+        from obleth.core import auth_throttle  # noqa: F401 - connects the login signals
+        from obleth.core.models import Endpoint, Replica, SlurmSettings
         from obleth.logging import register_secret
 
         # Every process that loads a secret learns to mask it in its logs, not only the one
@@ -28,5 +29,9 @@ class CoreConfig(AppConfig):
         def endpoint_loaded(sender: Any, instance: Endpoint, **kwargs: Any) -> None:
             register_secret(instance.api_key)
 
+        def replica_loaded(sender: Any, instance: Replica, **kwargs: Any) -> None:
+            register_secret(instance.api_key)
+
         post_init.connect(slurm_loaded, sender=SlurmSettings, weak=False, dispatch_uid="mask-slurm")
+        post_init.connect(replica_loaded, sender=Replica, weak=False, dispatch_uid="mask-replica")
         post_init.connect(endpoint_loaded, sender=Endpoint, weak=False, dispatch_uid="mask-ep")

@@ -32,6 +32,14 @@ class ReplicaState(models.TextChoices):
     LOST = "lost", "Lost"
 
 
+class IdentityCheck(models.TextChoices):
+    """How the provisioner tells its own replica's server from any other one on the node."""
+
+    KEY = "key", "Replica key (proven)"
+    MODEL_NAME = "model-name", "Model name only (identity not proven)"
+    NONE = "", "None (made before identity checks; identity not proven)"
+
+
 class PassStatus(models.TextChoices):
     OK = "ok", "OK"
     IDLE = "idle", "Idle"

@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import math
 
 from django.conf import settings
@@ -42,8 +43,22 @@ def _lockout() -> dt.timedelta:
 
 
 def client_address(request: HttpRequest) -> str:
-    """The caller's address as this server sees it (REMOTE_ADDR; proxy headers are not trusted)."""
-    return str(request.META.get("REMOTE_ADDR") or "unknown")[:100]
+    """The caller's address: REMOTE_ADDR, or behind ``OBLETH_TRUSTED_PROXY_COUNT`` proxies the
+    address the outermost of them saw (that many entries from the right of X-Forwarded-For;
+    entries further left are the client's own claims and are never used). Without it, every
+    client behind a proxy would share the proxy's address and one attacker could block all."""
+    remote = str(request.META.get("REMOTE_ADDR") or "unknown")[:100]
+    hops = int(getattr(settings, "OBLETH_TRUSTED_PROXY_COUNT", 0))
+    if hops <= 0:
+        return remote
+    chain = [part.strip() for part in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")]
+    chain = [part for part in chain if part]
+    if len(chain) < hops:
+        return remote  # not through all our proxies (a direct connection): what we see
+    try:
+        return str(ipaddress.ip_address(chain[-hops]))
+    except ValueError:
+        return remote
 
 
 def _clip(key: str) -> str:

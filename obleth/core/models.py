@@ -12,7 +12,14 @@ from django.db import models
 from django_cryptography.fields import encrypt
 
 from obleth.core import validators as v
-from obleth.core.choices import HealthStatus, HostingMode, ModelType, PassStatus, ReplicaState
+from obleth.core.choices import (
+    HealthStatus,
+    HostingMode,
+    IdentityCheck,
+    ModelType,
+    PassStatus,
+    ReplicaState,
+)
 
 
 class TimestampedModel(models.Model):
@@ -35,7 +42,10 @@ class Model(TimestampedModel):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(
-        max_length=200, unique=True, help_text="The name clients send in the 'model' field."
+        max_length=200,
+        unique=True,
+        validators=[v.validate_name_text],
+        help_text="The name clients send in the 'model' field.",
     )
     hosting_mode = models.CharField(
         max_length=16,
@@ -46,6 +56,7 @@ class Model(TimestampedModel):
     upstream_model = models.CharField(
         max_length=200,
         blank=True,
+        validators=[v.validate_upstream_model],
         help_text="Model name forwarded upstream (blank: the same name).",
     )
     model_type = models.CharField(max_length=16, choices=ModelType.choices, default=ModelType.CHAT)
@@ -97,13 +108,20 @@ class Endpoint(TimestampedModel):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="endpoints")
-    name = models.CharField(max_length=300)
-    api_base = models.CharField(max_length=500, validators=[v.validate_http_url])
-    api_key = encrypt(models.TextField(blank=True, default=""))
-    priority = models.PositiveIntegerField(default=100, help_text="Lower wins in failover.")
+    name = models.CharField(max_length=300, validators=[v.validate_name_text])
+    api_base = models.CharField(
+        max_length=500,
+        validators=[v.validate_api_base],
+        help_text="The server's OpenAI root, e.g. http://gpu-node-01:8000/v1. Changing it clears "
+        "the stored API key unless the key is given again.",
+    )
+    api_key = encrypt(models.TextField(blank=True, default="", validators=[v.validate_api_key]))
+    priority = models.PositiveIntegerField(
+        default=100, validators=[MaxValueValidator(1_000_000)], help_text="Lower wins in failover."
+    )
     weight = models.PositiveIntegerField(
         default=100,
-        validators=[MinValueValidator(1)],
+        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
         help_text="Share of traffic in load balance.",
     )
     enabled = models.BooleanField(default=True)
@@ -138,7 +156,12 @@ class SlurmSettings(models.Model):
         default=False, help_text="Master switch. Off: the provisioner idles and cancels nothing."
     )
     slurmrestd_url = models.CharField(
-        max_length=500, blank=True, validators=[v.validate_http_url], verbose_name="slurmrestd URL"
+        max_length=500,
+        blank=True,
+        validators=[v.validate_slurmrestd_url],
+        verbose_name="slurmrestd URL",
+        help_text="e.g. http://slurm-head:6820. Changing it clears the stored JWT and Hugging Face "
+        "token (both are sent to this host) unless they are given again.",
     )
     api_version = models.CharField(
         max_length=20,
@@ -147,12 +170,17 @@ class SlurmSettings(models.Model):
         validators=[v.validate_api_version],
         help_text="Blank: detect from what slurmrestd serves (newest supported wins).",
     )
-    user = models.CharField(max_length=100, blank=True, help_text="Sent as X-SLURM-USER-NAME.")
-    jwt = encrypt(models.TextField(blank=True, default=""))
-    hf_token = encrypt(models.TextField(blank=True, default=""))
-    cache_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
-    images_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
-    log_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cluster_dir])
+    user = models.CharField(
+        max_length=100,
+        blank=True,
+        validators=[v.validate_slurm_user],
+        help_text="Sent as X-SLURM-USER-NAME.",
+    )
+    jwt = encrypt(models.TextField(blank=True, default="", validators=[v.validate_jwt]))
+    hf_token = encrypt(models.TextField(blank=True, default="", validators=[v.validate_hf_token]))
+    cache_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_cache_dir])
+    images_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_images_dir])
+    log_dir = models.CharField(max_length=500, blank=True, validators=[v.validate_log_dir])
     setup = models.TextField(
         blank=True,
         validators=[v.validate_cluster_setup],
@@ -162,7 +190,7 @@ class SlurmSettings(models.Model):
     images = models.JSONField(
         default=dict,
         blank=True,
-        validators=[v.validate_cluster_images],
+        validators=[v.validate_images],
         help_text="Engine name -> image path.",
     )
     node_addresses = models.JSONField(
@@ -212,12 +240,12 @@ class Recipe(TimestampedModel):
     """A recipe saved in the database. Library recipes are files in OBLETH_RECIPES_DIR."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    name = models.CharField(max_length=200, unique=True)
+    name = models.CharField(max_length=200, unique=True, validators=[v.validate_name_text])
     body = models.TextField(
         help_text="---\\n<YAML header>\\n---\\n<batch script>",
         validators=[v.validate_recipe_body],
     )
-    author = models.CharField(max_length=200, blank=True)
+    author = models.CharField(max_length=200, blank=True, validators=[v.validate_author])
 
     class Meta:
         ordering: ClassVar[list[str]] = ["name"]
@@ -233,30 +261,37 @@ class ManagedSpec(TimestampedModel):
         Model, on_delete=models.CASCADE, primary_key=True, related_name="managed_spec"
     )
     enabled = models.BooleanField(default=True, help_text="Off: its replicas are drained.")
-    partition = models.CharField(max_length=200, validators=[v.validate_slurm_name])
+    partition = models.CharField(max_length=200, validators=[v.validate_partition])
     gres = models.CharField(
         max_length=200,
         blank=True,
         validators=[v.validate_gres],
         help_text="e.g. gpu:1 (sent as gres/gpu:1)",
     )
-    nodes = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
-    constraints = models.CharField(max_length=500, blank=True)
+    nodes = models.PositiveIntegerField(default=1, validators=[v.validate_nodes])
+    constraints = models.CharField(
+        max_length=500,
+        blank=True,
+        validators=[v.validate_constraints],
+        help_text="Slurm node features, e.g. a100&ib or [rack1|rack2].",
+    )
     exclude = models.CharField(
         max_length=500,
         blank=True,
-        validators=[v.validate_hostlist],
+        validators=[v.validate_exclude],
         help_text="Nodes never to use, e.g. gpu01,gpu[03-05].",
     )
-    account = models.CharField(max_length=200, blank=True, validators=[v.validate_slurm_name])
-    qos = models.CharField(max_length=200, blank=True, validators=[v.validate_slurm_name])
+    account = models.CharField(max_length=200, blank=True, validators=[v.validate_account])
+    qos = models.CharField(max_length=200, blank=True, validators=[v.validate_qos])
     time_limit = models.CharField(
         max_length=40,
         blank=True,
         validators=[v.validate_time_limit],
-        help_text="e.g. 4:00:00 or 1-00:00",
+        help_text="e.g. 4:00:00 or 1-00:00 (at most 365 days, or UNLIMITED)",
     )
-    cpus_per_task = models.PositiveIntegerField(null=True, blank=True)
+    cpus_per_task = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(v.MAX_CPUS_PER_TASK)]
+    )
     mem = models.CharField(
         max_length=40,
         blank=True,
@@ -264,7 +299,10 @@ class ManagedSpec(TimestampedModel):
         help_text="e.g. 64G; 0 = whole node",
     )
     image = models.CharField(
-        max_length=500, blank=True, help_text="Apptainer image; blank = bare metal"
+        max_length=500,
+        blank=True,
+        validators=[v.validate_image],
+        help_text="Apptainer image; blank = bare metal",
     )
     preamble = models.TextField(blank=True)
     launch_command = models.TextField(blank=True)
@@ -272,18 +310,24 @@ class ManagedSpec(TimestampedModel):
         blank=True, help_text="A full batch script; wins over the above."
     )
     log_output_dir = models.CharField(
-        max_length=500, blank=True, validators=[v.validate_absolute_dir]
+        max_length=500, blank=True, validators=[v.validate_log_output_dir]
     )
     serving_port = models.PositiveIntegerField(validators=[v.validate_port])
     health_path = models.CharField(
         max_length=200, default="/health", validators=[v.validate_health_path]
     )
-    target_replicas = models.PositiveIntegerField(default=2, validators=[MaxValueValidator(1000)])
-    min_replicas = models.PositiveIntegerField(default=1)
-    max_job_failures = models.PositiveIntegerField(
-        default=0, help_text="Stop after N failed launches; 0 never stops."
+    target_replicas = models.PositiveIntegerField(
+        default=2, validators=[MaxValueValidator(v.MAX_REPLICAS)]
     )
-    launcher_spec = models.JSONField(null=True, blank=True)
+    min_replicas = models.PositiveIntegerField(
+        default=1, validators=[MaxValueValidator(v.MAX_REPLICAS)]
+    )
+    max_job_failures = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(v.MAX_JOB_FAILURES)],
+        help_text="Stop after N failed launches; 0 never stops.",
+    )
+    launcher_spec = models.JSONField(null=True, blank=True, validators=[v.validate_launcher_spec])
     recipe = models.ForeignKey(Recipe, null=True, blank=True, on_delete=models.SET_NULL)
     last_provision_error = models.TextField(blank=True, editable=False)
     last_provision_error_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -309,6 +353,16 @@ class ManagedSpec(TimestampedModel):
             errors["script_body"] = (
                 "Give a script_body (a recipe's batch script) or a launch_command."
             )
+        if isinstance(self.serving_port, int) and isinstance(self.target_replicas, int):
+            from django.conf import settings
+
+            from obleth.core.ports import window_range_error
+
+            window = window_range_error(
+                self.serving_port, self.target_replicas, settings.OBLETH_PORT_SPAN
+            )
+            if window and 1 <= self.serving_port <= 65535:
+                errors["serving_port"] = window
         if self.min_replicas > self.target_replicas and self.target_replicas > 0:
             errors["min_replicas"] = (
                 f"min_replicas ({self.min_replicas}) cannot exceed target_replicas "
@@ -344,6 +398,18 @@ class Replica(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     healthy_at = models.DateTimeField(null=True, blank=True)
+    # The replica's own secret: its job gets it in the environment (OBLETH_REPLICA_API_KEY), its
+    # engine demands it, the probe proves the port is ours with it and the endpoint sends it.
+    # Generated when the row is written; never shown or logged.
+    api_key = encrypt(models.TextField(blank=True, default="", editable=False))
+    identity_check = models.CharField(
+        max_length=16,
+        choices=IdentityCheck.choices,
+        blank=True,
+        default="",
+        editable=False,
+        help_text="How the probe proves the server on the port is this replica's.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # What the last pass saw (provisioner.observed): the probe's outcome in words and Slurm's
@@ -368,6 +434,12 @@ class Replica(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_name} job {self.job_id or '(not submitted)'}"
+
+    @property
+    def identity_proven(self) -> bool:
+        """True when the probe checks this replica with its own key (refused without it,
+        accepted with it). Model-name checks (Ollama) and rows made before keys are not proof."""
+        return self.identity_check == IdentityCheck.KEY and bool(self.api_key)
 
 
 class Launch(models.Model):

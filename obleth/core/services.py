@@ -24,14 +24,23 @@ from django.db import models, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from obleth.core import validators
 from obleth.core.choices import HostingMode, PassStatus, ReplicaState
 from obleth.core.models import (
+    Endpoint,
     ManagedSpec,
     Model,
     ProvisionerStatus,
     Replica,
     SlurmSettings,
     mask_secret,
+)
+from obleth.core.secrets import (  # noqa: F401  (the rule, re-exported for the API and admin)
+    BoundSecret,
+    may_keep_secret,
+    refuse_keep_secret,
+    same_destination,
+    secret_for_destination,
 )
 from obleth.logging import redact, register_secret
 
@@ -311,8 +320,10 @@ def upsert_managed_spec(
             if name in _STRIPPED_SPEC_FIELDS and isinstance(value, str):
                 value = value.strip()
             setattr(spec, name, value)
-        # partition: the model's clean() gives the helpful message, not "cannot be blank".
-        spec.full_clean(exclude=["model", "partition"], validate_unique=False)
+        # A blank partition: the model's clean() gives the helpful message, not "cannot be
+        # blank". Any other partition goes through its validator like every other field.
+        exclude = ["model"] if str(spec.partition or "").strip() else ["model", "partition"]
+        spec.full_clean(exclude=exclude, validate_unique=False)
         spec.save()
     logger.info(
         "audit: %s %s the managed spec of %s (fields: %s)",
@@ -377,18 +388,7 @@ SETTINGS_FIELDS = (
 )
 
 
-def validate_images(value: object) -> None:
-    if value in (None, ""):
-        return
-    if not isinstance(value, dict):
-        raise ValidationError("Give images as a mapping of engine name to image path.")
-    for engine, path in value.items():
-        if not isinstance(engine, str) or not engine.strip():
-            raise ValidationError(f"{engine!r} is not an engine name (e.g. vllm).")
-        if not isinstance(path, str) or not path.strip():
-            raise ValidationError(
-                f"{engine}: give the image as a path or file name, e.g. /images/{engine}.sif."
-            )
+validate_images = validators.validate_images
 
 
 def update_slurm_settings(
@@ -398,14 +398,18 @@ def update_slurm_settings(
     jwt_clear: bool = False,
     hf_token: str | None = None,
     hf_token_clear: bool = False,
+    keep_secret: bool = False,
     actor: str = "admin",
 ) -> SlurmSettings:
     """Apply a change to the Slurm connection and cluster defaults.
 
     Fields not in ``values`` keep their stored value. A blank or omitted secret keeps the stored
-    one; ``jwt_clear``/``hf_token_clear`` empty it. Raises ``ValidationError`` naming the field
-    (e.g. enabled without a URL or user). The audit line lists field names and whether each
-    secret is set, never a secret.
+    one; ``jwt_clear``/``hf_token_clear`` empty it. A changed ``slurmrestd_url`` drops the
+    stored JWT and Hugging Face token (both travel to that host: the token in every job's
+    environment) unless they are sent again or ``keep_secret`` is set (the caller checks
+    ``may_keep_secret``). Raises ``ValidationError`` naming the field (e.g. enabled without a
+    URL or user). The audit line lists field names and whether each secret is set, never a
+    secret.
     """
     unknown = set(values) - set(SETTINGS_FIELDS)
     if unknown:
@@ -418,13 +422,34 @@ def update_slurm_settings(
     with transaction.atomic():
         SlurmSettings.objects.get_or_create(pk=1)
         obj = SlurmSettings.objects.select_for_update().get(pk=1)
+        old_url = obj.slurmrestd_url
         for name, value in values.items():
             if value is None:
                 value = _field_default(SlurmSettings, name)
             setattr(obj, name, value)
+        if isinstance(obj.slurmrestd_url, str):
+            obj.slurmrestd_url = obj.slurmrestd_url.strip().rstrip("/")
+        for name in ("user", "api_version"):
+            if isinstance(getattr(obj, name), str):
+                setattr(obj, name, getattr(obj, name).strip())
         old_jwt, old_hf = obj.jwt, obj.hf_token
-        obj.jwt = keep_or_replace_secret(obj.jwt, jwt, clear=jwt_clear)
-        obj.hf_token = keep_or_replace_secret(obj.hf_token, hf_token, clear=hf_token_clear)
+        bound_jwt = secret_for_destination(
+            obj.jwt,
+            jwt,
+            old_url=old_url,
+            new_url=obj.slurmrestd_url,
+            clear=jwt_clear,
+            keep_for_new_url=keep_secret,
+        )
+        bound_hf = secret_for_destination(
+            obj.hf_token,
+            hf_token,
+            old_url=old_url,
+            new_url=obj.slurmrestd_url,
+            clear=hf_token_clear,
+            keep_for_new_url=keep_secret,
+        )
+        obj.jwt, obj.hf_token = bound_jwt.value, bound_hf.value
         obj.full_clean()
         obj.save()
     register_secret(obj.jwt)
@@ -433,12 +458,39 @@ def update_slurm_settings(
         "audit: %s updated Slurm settings (fields: %s; jwt %s, set=%s; hf_token %s, set=%s)",
         actor,
         ", ".join(sorted(values)) or "none",
-        "changed" if obj.jwt != old_jwt else "unchanged",
+        "removed for the new URL"
+        if bound_jwt.dropped
+        else ("changed" if obj.jwt != old_jwt else "unchanged"),
         bool(obj.jwt),
-        "changed" if obj.hf_token != old_hf else "unchanged",
+        "removed for the new URL"
+        if bound_hf.dropped
+        else ("changed" if obj.hf_token != old_hf else "unchanged"),
         bool(obj.hf_token),
     )
     return obj
+
+
+def endpoint_api_key(
+    endpoint: Endpoint,
+    supplied: str | None,
+    *,
+    new_api_base: str | None,
+    clear: bool = False,
+    keep_secret: bool = False,
+) -> BoundSecret:
+    """The API key an endpoint keeps after a change (``secret_for_destination`` with the stored
+    ``api_base``; a new endpoint has none stored). Used by the API and the admin alike."""
+    stored = None
+    if endpoint.pk is not None and not endpoint._state.adding:
+        stored = Endpoint.objects.filter(pk=endpoint.pk).only("api_base", "api_key").first()
+    return secret_for_destination(
+        (stored.api_key or "") if stored is not None else "",
+        supplied,
+        old_url=stored.api_base if stored is not None else new_api_base,
+        new_url=new_api_base,
+        clear=clear,
+        keep_for_new_url=keep_secret,
+    )
 
 
 # --------------------------------------------------------------------------------- Slurm client

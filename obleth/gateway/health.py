@@ -81,6 +81,23 @@ class ProbeTarget:
         )
 
 
+def _misconfiguration(target: ProbeTarget) -> str | None:
+    """Why no request can be sent to this endpoint (a row from before validation), or None."""
+    from django.core.exceptions import ValidationError
+
+    from obleth.core.validators import validate_api_base, validate_api_key
+
+    try:
+        validate_api_base(target.api_base)
+    except ValidationError:
+        return "fix its api_base"
+    try:
+        validate_api_key(target.api_key)
+    except ValidationError:
+        return "set its API key again"
+    return None
+
+
 @dataclass(frozen=True)
 class ModelHealth:
     status: str
@@ -243,6 +260,15 @@ def probe(
     timeout = float(settings.OBLETH_MODEL_HEALTH_TIMEOUT_SECS if timeout is None else timeout)
     client = client or probe_client()
     path, body = probe_request(target.model_type, target.forwarded_name)
+    problem = _misconfiguration(target)
+    if problem:
+        return Verdict(
+            HealthStatus.UNHEALTHY,
+            f"{path}: misconfigured endpoint, no request can be sent ({problem})",
+            None,
+            0,
+            0,
+        )
     url = target.api_base + path
     response: httpx.Response | None = None
     failure = ""
@@ -263,6 +289,17 @@ def probe(
         except httpx.TransportError as exc:
             response = None
             failure = f"could not connect ({type(exc).__name__})"
+        except (httpx.InvalidURL, ValueError) as exc:
+            # A row written before validation (CR/LF in api_base, a non-ASCII key): unhealthy,
+            # and the other endpoints' checks go on.
+            return Verdict(
+                HealthStatus.UNHEALTHY,
+                f"{path}: misconfigured endpoint, no request can be sent ({type(exc).__name__}); "
+                "fix its api_base or API key",
+                None,
+                0,
+                attempts,
+            )
         latency_ms = int((time.monotonic() - started) * 1000)
         if response is not None and not _retryable(response.status_code):
             break

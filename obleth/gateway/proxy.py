@@ -9,6 +9,9 @@
   "model" field of answers is set back to the name the client used.
 - Streams pass through chunk by chunk; the upstream connection is closed when the client goes
   away (Django closes the response, which closes the upstream response).
+- An endpoint row that cannot make a request (an api_base with CR/LF or no valid host, a
+  non-ASCII API key: rows written before validation existed) is skipped with a logged reason;
+  the request fails over to the model's other endpoints instead of answering 500.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
+from obleth.core.validators import validate_api_base, validate_api_key
 from obleth.gateway.routing import RouteEndpoint, RouteModel, order_endpoints
 from obleth.logging import register_secret
 
@@ -173,6 +178,61 @@ def _upstream_headers(endpoint: RouteEndpoint, stream: bool) -> dict[str, str]:
     return headers
 
 
+_reported_unusable: set[tuple[str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def endpoint_problem(endpoint: RouteEndpoint) -> str | None:
+    """Why this endpoint cannot be sent a request, or None. The reason never holds the key."""
+    try:
+        validate_api_base(endpoint.api_base)
+    except ValidationError as exc:
+        return f"bad api_base: {exc.messages[0]}"
+    try:
+        validate_api_key(endpoint.api_key)
+    except ValidationError:
+        return "bad api_key: it holds characters an HTTP header cannot carry; set the key again"
+    return None
+
+
+def _report_unusable(endpoint: RouteEndpoint, route: RouteModel, problem: str) -> None:
+    """Log a skipped endpoint once per process and reason (a busy model would flood the log)."""
+    key = (endpoint.id, problem)
+    with _reported_lock:
+        if key in _reported_unusable:
+            return
+        if len(_reported_unusable) > 10_000:
+            _reported_unusable.clear()
+        _reported_unusable.add(key)
+    log.warning(
+        "gateway: endpoint %s of %s skipped, it cannot be sent a request (%s); fix it in the admin",
+        endpoint.id,
+        route.name,
+        problem,
+    )
+
+
+def usable_endpoints(route: RouteModel, candidates: list[RouteEndpoint]) -> list[RouteEndpoint]:
+    usable = []
+    for endpoint in candidates:
+        problem = endpoint_problem(endpoint)
+        if problem is None:
+            usable.append(endpoint)
+        else:
+            _report_unusable(endpoint, route, problem)
+    return usable
+
+
+def misconfigured_response(route: RouteModel) -> HttpResponse:
+    return openai_error(
+        502,
+        f"Every endpoint of model '{route.name}' is misconfigured (an invalid address or API "
+        "key); an operator must fix them in the admin.",
+        kind="server_error",
+        code="upstream_misconfigured",
+    )
+
+
 def no_replica_response(route: RouteModel) -> HttpResponse:
     return openai_error(
         503,
@@ -189,6 +249,9 @@ def forward(route: RouteModel, path: str, body: dict[str, Any]) -> HttpResponseB
     candidates = order_endpoints(route.endpoints)
     if not candidates:
         return no_replica_response(route)
+    candidates = usable_endpoints(route, candidates)
+    if not candidates:
+        return misconfigured_response(route)
     stream = body.get("stream") is True
     content = json.dumps({**body, "model": route.forwarded_name}).encode()
     client = http_client()
@@ -196,13 +259,18 @@ def forward(route: RouteModel, path: str, body: dict[str, Any]) -> HttpResponseB
     tries = candidates[:MAX_TRIES]
     for attempt, endpoint in enumerate(tries, start=1):
         last = attempt == len(tries)
-        request = client.build_request(
-            "POST",
-            endpoint.base + path,
-            content=content,
-            headers=_upstream_headers(endpoint, stream),
-            timeout=timeout,
-        )
+        try:
+            request = client.build_request(
+                "POST",
+                endpoint.base + path,
+                content=content,
+                headers=_upstream_headers(endpoint, stream),
+                timeout=timeout,
+            )
+        except (httpx.InvalidURL, ValueError, UnicodeError, TypeError) as exc:
+            # A row endpoint_problem let through but httpx refuses: skip it all the same.
+            _report_unusable(endpoint, route, f"request refused by httpx: {type(exc).__name__}")
+            continue
         try:
             upstream = client.send(request, stream=True)
         except httpx.WriteTimeout:

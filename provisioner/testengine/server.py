@@ -11,6 +11,11 @@ Run it as ``python3 server.py --port 8000`` (or with ``OBLETH_SERVING_PORT`` set
 phase, dead health, hung inference, exit after a delay, added latency) and the multi-port mode.
 Every flag has an environment variable (``OBLETH_TESTENGINE_<FLAG>``); a flag wins over its
 variable.
+
+API key: with ``--api-key KEY`` (or, when no flag is given, the replica key the provisioner puts
+in the job's environment as ``OBLETH_REPLICA_API_KEY``), every ``/v1/*`` route except
+``/v1/health`` answers 401 unless the request carries ``Authorization: Bearer KEY``, as vLLM does;
+``/health`` stays open. This is what lets the provisioner prove a port is its own replica.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import base64
 import contextlib
 import functools
 import hashlib
+import hmac
 import json
 import os
 import signal
@@ -35,6 +41,8 @@ from typing import Any, Final, TypeGuard
 ENGINE_NAME: Final = "obleth-test-engine"
 ENV_PREFIX: Final = "OBLETH_TESTENGINE_"
 PORT_ENV: Final = "OBLETH_SERVING_PORT"
+# The per-replica secret the provisioner gives every job (used when --api-key is not given).
+REPLICA_KEY_ENV: Final = "OBLETH_REPLICA_API_KEY"
 # The text every completion is made of, one word per token, repeated as often as asked.
 WORDS: Final = ("this", "is", "the", "obleth", "test", "engine,", "not", "a", "model")
 DEFAULT_EMBEDDING_DIM: Final = 8
@@ -84,6 +92,7 @@ class EngineConfig:
     control: bool = False
     pid_file: str | None = None
     quiet: bool = False
+    api_key: str = field(default="", repr=False)  # "" = no key asked
 
     @property
     def last_port(self) -> int:
@@ -141,6 +150,14 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--pid-file", help="write the process id to this file")
     parser.add_argument("--quiet", action=bool_action, help="no per-request log lines")
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=(
+            "answer /v1/* only to 'Authorization: Bearer KEY' (401 otherwise; /health stays "
+            f"open). Default: ${REPLICA_KEY_ENV}, then {ENV_PREFIX}API_KEY; empty: no key"
+        ),
+    )
     return parser
 
 
@@ -251,6 +268,15 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> EngineConfi
     latency_ms = int(_pick(args.latency_ms, _env_int(environ, e + "LATENCY_MS"), 0))
     if latency_ms < 0:
         raise ConfigError(f"--latency-ms={latency_ms} is negative; give 0 or more")
+    api_key = str(
+        _pick(
+            args.api_key,
+            _env_str(environ, REPLICA_KEY_ENV) or _env_str(environ, e + "API_KEY"),
+            "",
+        )
+    ).strip()
+    if api_key and not all(33 <= ord(c) < 127 for c in api_key):
+        raise ConfigError("--api-key must be printable ASCII without spaces")
     return EngineConfig(
         host=str(host),
         port=port,
@@ -274,6 +300,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> EngineConfi
         control=bool(_pick(args.control, _env_bool(environ, e + "CONTROL"), False)),
         pid_file=_pick(args.pid_file, _env_str(environ, e + "PID_FILE"), None),
         quiet=bool(_pick(args.quiet, _env_bool(environ, e + "QUIET"), False)),
+        api_key=api_key,
     )
 
 
@@ -657,6 +684,7 @@ class Engine:
         self.requests_by_port: dict[int, int] = {}
         self.warmup_seen = False
         self.warmup_answered = False
+        self.unauthorized_count = 0
         self.hanging = 0
         self.counter = 0
         self.created = int(time.time())
@@ -703,6 +731,9 @@ class Engine:
             await asyncio.sleep(self.latency_ms / 1000)
         if req.path in HEALTH_PATHS:
             return self._only(req, ("GET", "HEAD")) or self.health()
+        refused = self.unauthorized(req)
+        if refused is not None:
+            return refused
         if req.path == "/v1/models":
             return self._only(req, ("GET", "HEAD")) or self.models()
         if req.path in INFERENCE_PATHS:
@@ -710,6 +741,27 @@ class Engine:
         return json_reply(
             404,
             error_body(f"Invalid URL ({req.method} {req.path})", "invalid_request_error"),
+        )
+
+    def unauthorized(self, req: Request) -> Reply | None:
+        """401 for a /v1 request without the engine's key (None: let it through)."""
+        key = self.config.api_key
+        if not key or not req.path.startswith("/v1/"):
+            return None
+        scheme, _, given = req.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("latin-1"), key.encode("latin-1")
+        ):
+            return None
+        self.unauthorized_count += 1
+        return json_reply(
+            401,
+            error_body(
+                "Missing or wrong API key: send 'Authorization: Bearer <key>'.",
+                "invalid_request_error",
+                code="invalid_api_key",
+            ),
+            {"WWW-Authenticate": "Bearer"},
         )
 
     @staticmethod
@@ -762,6 +814,8 @@ class Engine:
             "warmup_answered": self.warmup_answered,
             "hanging": self.hanging,
             "switches": self.switches(),
+            "api_key_required": bool(self.config.api_key),
+            "unauthorized": self.unauthorized_count,
         }
         if self.config.port_count > 1:
             result["requests_by_port"] = {str(k): v for k, v in self.requests_by_port.items()}

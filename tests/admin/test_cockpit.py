@@ -473,6 +473,8 @@ def test_the_api_log_route(world: dict[str, Any], settings: Any) -> None:
     assert answer.json()["job_id"] == "502"
     assert clients["viewer"].get(url).status_code == 403
     bad = clients["operator"].get(url, {"tail": "ten"})
-    assert bad.status_code == 400 and "tail" in json.loads(bad.content)
+    body = json.loads(bad.content)
+    assert bad.status_code == 400 and "tail" in body["fields"]
+    assert body["error"].startswith("tail: Give a number of lines")
     gone = reverse("api:replica-log", kwargs={"pk": uuid.uuid4()})
     assert clients["operator"].get(gone).status_code == 404

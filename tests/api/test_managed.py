@@ -29,12 +29,13 @@ def _error_field(response: Any) -> str:
     return next(iter(body["fields"]))
 
 
-def test_get_answers_null_when_the_model_is_not_managed(api_client: Any) -> None:
+def test_get_answers_404_when_the_model_is_not_managed(api_client: Any) -> None:
+    """The schema says object: a model without a spec is a 404 saying how to add one."""
     model = _slurm_model_without_spec()
     response = api_client.get(f"{API}/models/{model.pk}/managed")
-    assert response.status_code == 200
-    assert response.content == b"null"
-    assert response.json() is None
+    assert response.status_code == 404
+    assert "has no managed spec" in response.json()["error"]
+    assert "PUT" in response.json()["error"]
 
 
 def test_get_on_a_missing_model_is_404(api_client: Any) -> None:
@@ -176,7 +177,7 @@ def test_delete_stops_launching_and_leaves_replicas_to_the_drain(api_client: Any
     assert api_client.delete(url).status_code == 204
     assert not ManagedSpec.objects.filter(model=model).exists()
     assert Replica.objects.filter(model_id=model.pk).count() == 1
-    assert api_client.get(url).json() is None
+    assert api_client.get(url).status_code == 404
     again = api_client.delete(url)
     assert again.status_code == 404
     assert "no managed spec" in again.json()["error"]

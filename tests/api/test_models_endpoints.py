@@ -127,17 +127,28 @@ def test_endpoint_crud_with_a_write_only_api_key(api_client: Any) -> None:
     endpoint = Endpoint.objects.get(pk=body["id"])
     assert endpoint.api_key == "sk-abcdefgh1234"
 
-    # Omitted on a full update: kept.
+    # Omitted on a full update to the same address: kept.
     replaced = api_client.put(
         f"{url}/{endpoint.pk}",
-        {"name": "gpu-1", "api_base": "http://127.0.0.1:8001/v1", "priority": 5},
+        {"name": "gpu-1", "api_base": "http://127.0.0.1:8000/v1/", "priority": 5},
         format="json",
     )
     assert replaced.status_code == 200, replaced.json()
     endpoint.refresh_from_db()
     assert endpoint.api_key == "sk-abcdefgh1234"
-    assert endpoint.api_base == "http://127.0.0.1:8001/v1"
     assert endpoint.priority == 5
+
+    # Omitted with a new api_base: removed (it was given for the old address).
+    moved = api_client.put(
+        f"{url}/{endpoint.pk}",
+        {"name": "gpu-1", "api_base": "http://127.0.0.1:8001/v1", "priority": 5},
+        format="json",
+    )
+    assert moved.status_code == 200, moved.json()
+    assert moved.json()["api_key_set"] is False
+    endpoint.refresh_from_db()
+    assert endpoint.api_key == ""
+    assert endpoint.api_base == "http://127.0.0.1:8001/v1"
 
     # A new value replaces it.
     api_client.patch(f"{url}/{endpoint.pk}", {"api_key": "sk-newkey-98765"}, format="json")

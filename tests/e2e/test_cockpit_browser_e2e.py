@@ -22,6 +22,8 @@ from tests.browser.conftest import browser_page, shot  # noqa: F401  (the fixtur
 from tests.e2e.conftest import ProvisionerEnv
 from tests.plugins.real_slurm import scancel
 
+expect = pytest.importorskip("playwright.sync_api").expect
+
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.timeout(300)]
 
 ROWS_JS = """() => Array.from(document.querySelectorAll('#ck-replicas tr[data-replica]')).map(
@@ -85,7 +87,5 @@ def test_operator_watches_a_real_replica_live_in_the_browser(
 
     lost_row = page.locator(f'#ck-replicas tr[data-replica="{first.pk}"]')
     lost_row.locator("button.ck-log-open").first.click()
-    page.wait_for_function(
-        "document.getElementById('ck-log-text').textContent.includes('replica of e2e-live on')"
-    )
+    expect(page.locator("#ck-log-text")).to_contain_text("replica of e2e-live on")
     shot(page, "e2e-lost-replica-log")

@@ -294,11 +294,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_engine(port: int, model: str) -> Iterator[str]:
-    """The real test engine in its own process; yields its root URL."""
+def running_engine(port: int, model: str, api_key: str = "") -> Iterator[str]:
+    """The real test engine in its own process; yields its root URL. With ``api_key`` it demands
+    that key on /v1 (as a replica's engine does with its replica key)."""
     proc = subprocess.Popen(
         ["/usr/bin/python3", str(ENGINE), "--host", "127.0.0.1", "--port", str(port)]
-        + ["--model", model, "--quiet"],
+        + ["--model", model, "--quiet"]
+        + (["--api-key", api_key] if api_key else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -328,9 +330,10 @@ def test_promotion_registers_the_endpoint_and_the_warm_up_reaches_the_engine(
     cluster.fake.start_delay = 0.0
     port = _free_port()
     model = make_slurm_model(spec={"target_replicas": 1, "serving_port": port})
-    with running_engine(port, "warm-model") as root:
+    run_pass()  # submit; the fake starts the job on "localhost" at once
+    key = Replica.objects.get(model_id=model.pk).api_key  # what the job's engine is given
+    with running_engine(port, "warm-model", key) as root:
         assert httpx.get(f"{root}/_stats", timeout=5).json()["warmup_seen"] is False
-        run_pass()  # submit; the fake starts the job on "localhost" at once
         report = run_pass()  # listed RUNNING, probed ready, promoted, warmed up
         assert failed(report) == []
         row = Replica.objects.get(model_id=model.pk)
@@ -339,8 +342,9 @@ def test_promotion_registers_the_endpoint_and_the_warm_up_reaches_the_engine(
         endpoint = Endpoint.objects.get(model=model)
         assert endpoint.api_base == f"http://127.0.0.1:{port}/v1"
         assert endpoint.replica_id == row.pk and row.endpoint_id == endpoint.pk
+        assert endpoint.api_key == key  # the gateway and its checks send the replica key
         stats = httpx.get(f"{root}/_stats", timeout=5).json()
-        assert stats["warmup_seen"] is True, stats
+        assert stats["warmup_seen"] is True, stats  # /v1 answers only with the key
         assert Launch.objects.get(pk=row.pk).healthy_at is not None
 
 
@@ -348,8 +352,9 @@ def test_no_warm_up_when_it_is_switched_off(cluster: Cluster) -> None:
     cluster.fake.start_delay = 0.0
     port = _free_port()
     model = make_slurm_model(spec={"target_replicas": 1, "serving_port": port})
-    with running_engine(port, "cold-model") as root:
-        run_pass()
+    run_pass()
+    key = Replica.objects.get(model_id=model.pk).api_key
+    with running_engine(port, "cold-model", key) as root:
         run_pass()
         assert Replica.objects.get(model_id=model.pk).state == ReplicaState.HEALTHY
         assert httpx.get(f"{root}/_stats", timeout=5).json()["warmup_seen"] is False

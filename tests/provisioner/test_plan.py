@@ -454,9 +454,9 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
     ),
     # --- loss
     (
-        "preempted (job gone from the listing): lost + replacement in another window",
+        "preempted (job gone from the listing): lost + replacement in the freed window",
         snap(replicas=[r1], jobs=[], endpoints=[e1]),
-        [lost(1, endpoint=eid(1)), sub(0, 8008)],
+        [lost(1, endpoint=eid(1)), sub(0, 8000)],
     ),
     (
         "terminal job still listed: lost carries state and reason",
@@ -474,18 +474,18 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
                 reason="TimeLimit",
                 nodes=("gpu4",),
             ),
-            sub(0, 8008),
+            sub(0, 8000),
         ],
     ),
     (
         "only some jobs missing: the vanished one is lost",
         snap(specs=[spec(target=2)], replicas=[r1, r2], jobs=[j2], endpoints=[e1, e2]),
-        [lost(1, endpoint=eid(1)), sub(0, 8016)],
+        [lost(1, endpoint=eid(1)), sub(0, 8000)],
     ),
     (
         "lost row with a dangling endpoint id carries none",
         snap(replicas=[r1], jobs=[], endpoints=[]),
-        [lost(1), sub(0, 8008)],
+        [lost(1), sub(0, 8000)],
     ),
     (
         "listing predates the submit: not lost (job id known)",
@@ -519,7 +519,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
         [
             lost(1, "job ended: FAILED", end_state="FAILED", nodes=("gpu2",)),
             Adopt(M, rid(1), "555"),
-            sub(0, 8008),
+            sub(0, 8000),
         ],
     ),
     (
@@ -550,7 +550,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
     (
         "unsubmitted row with a restart request is deleted and replaced",
         snap(replicas=[rep(1, P, "", submitted=None, cancel=True)]),
-        [delete(1, "restart requested before its job was submitted"), sub(0, 8008)],
+        [delete(1, "restart requested before its job was submitted"), sub(0, 8000)],
     ),
     # --- scale down
     (
@@ -598,7 +598,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
     (
         "operator restart cancels with the endpoint and submits a replacement",
         snap(replicas=[rep(1, H, "101", endpoint=eid(1), cancel=True)], jobs=[j1], endpoints=[e1]),
-        [cancel(1, "101", CancelReason.OPERATOR_RESTART, endpoint=eid(1)), sub(0, 8008)],
+        [cancel(1, "101", CancelReason.OPERATOR_RESTART, endpoint=eid(1)), sub(0, 8000)],
     ),
     (
         "operator restarts are unlimited and do not use the self-heal budget",
@@ -617,15 +617,15 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
             cancel(1, "101", CancelReason.OPERATOR_RESTART, endpoint=eid(1)),
             cancel(2, "102", CancelReason.OPERATOR_RESTART, endpoint=eid(2)),
             cancel(3, "103", CancelReason.PROBE_FAILED, endpoint=eid(3)),
-            sub(0, 8024),
-            sub(1, 8032),
-            sub(2, 8040),
+            sub(0, 8000),
+            sub(1, 8008),
+            sub(2, 8016),
         ],
     ),
     (
         "restart of a job already gone: lost instead",
         snap(replicas=[rep(1, H, "101", endpoint=eid(1), cancel=True)], jobs=[], endpoints=[e1]),
-        [lost(1, endpoint=eid(1)), sub(0, 8008)],
+        [lost(1, endpoint=eid(1)), sub(0, 8000)],
     ),
     # --- zombie self-heal
     (
@@ -636,7 +636,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
             endpoints=[e1],
             probes={1: None},
         ),
-        [cancel(1, "101", CancelReason.PROBE_FAILED, endpoint=eid(1)), sub(0, 8008)],
+        [cancel(1, "101", CancelReason.PROBE_FAILED, endpoint=eid(1)), sub(0, 8000)],
     ),
     (
         "self-heal capped at one per model per pass",
@@ -653,13 +653,13 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
         [
             cancel(1, "101", CancelReason.PROBE_FAILED, endpoint=eid(1)),
             upd(2, probe_failures=26),
-            sub(0, 8016),
+            sub(0, 8000),
         ],
     ),
     (
         "two models each get one self-heal",
         snap(
-            specs=[spec(M), spec(M2)],
+            specs=[spec(M), spec(M2, serving_port=9000)],
             replicas=[
                 rep(1, H, "101", endpoint=eid(1), failures=30),
                 rep(2, H, "102", endpoint=eid(2), failures=30, model=M2),
@@ -670,9 +670,9 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
         ),
         [
             cancel(1, "101", CancelReason.PROBE_FAILED, endpoint=eid(1)),
-            sub(0, 8016),
+            sub(0, 8000),
             cancel(2, "102", CancelReason.PROBE_FAILED, endpoint=eid(2), model=M2),
-            sub(0, 8024, model=M2),
+            sub(0, 9000, model=M2),
         ],
     ),
     (
@@ -683,7 +683,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
             endpoints=[e1],
             probes={1: None},
         ),
-        [lost(1, endpoint=eid(1)), sub(0, 8008)],
+        [lost(1, endpoint=eid(1)), sub(0, 8000)],
     ),
     (
         "gateway-unhealthy endpoint restarts even with a passing probe",
@@ -701,7 +701,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
                 endpoint=eid(1),
                 message="restarting: gateway inference check failed 2 times",
             ),
-            sub(0, 8008),
+            sub(0, 8000),
         ],
     ),
     (
@@ -976,7 +976,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
         [
             del_ep(7, "its replica is not serving any more"),
             cancel(1, "101", CancelReason.OPERATOR_RESTART, endpoint=eid(1)),
-            sub(0, 8008),
+            sub(0, 8000),
         ],
     ),
     # --- orphans
@@ -1024,7 +1024,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
         ),
         [
             lost(1, "job ended: NODE_FAIL", endpoint=eid(1), end_state="NODE_FAIL"),
-            sub(0, 8008, excluded=("gpu1",)),
+            sub(0, 8000, excluded=("gpu1",)),
         ],
     ),
     (
@@ -1092,8 +1092,8 @@ def test_action_order_across_kinds() -> None:
         Adopt(M, rid(4), "555"),
         promote(5, port=8032),
         upd(4, message="PENDING"),
-        sub(0, 8016),  # the lost row's window is free again
-        sub(1, 8040),
+        sub(0, 8000),  # the restarted and the lost rows' windows are free again
+        sub(1, 8008),
         CancelOrphan("999", "obleth-stray"),
     ]
 
@@ -1159,7 +1159,7 @@ def test_twenty_misses_restart_on_the_twentieth() -> None:
     ],
 )
 def test_next_free_window(serving_port: int, span: int, taken: list[int], expected: int) -> None:
-    assert next_free_window(serving_port, span, taken) == expected
+    assert next_free_window(serving_port, span, taken, 10) == expected
 
 
 @pytest.mark.parametrize(
@@ -1255,10 +1255,22 @@ def test_a_stale_probe_counter_does_not_restart_in_a_pass_that_did_not_probe() -
     assert [a.reason for a in probed if isinstance(a, Cancel)] == [CancelReason.PROBE_FAILED]
 
 
-def test_a_draining_row_keeps_its_port_window_until_it_is_gone() -> None:
+def test_a_draining_row_shares_its_window_with_its_replacement() -> None:
+    """Windows are bounded, so the replacement takes the draining replica's window: its server
+    listens on the next free port of it and the probe tells the two apart by the replica key."""
     draining = rep(1, D, "11", port=8000)
     actions = plan(snap(replicas=[draining], jobs=[job("11", 1)]))
-    assert [a for a in actions if isinstance(a, Submit)] == [sub(0, 8008)]
+    assert [a for a in actions if isinstance(a, Submit)] == [sub(0, 8000)]
+
+
+def test_with_a_one_port_span_a_draining_row_keeps_its_window_and_the_replacement_waits() -> None:
+    draining = rep(1, D, "11", port=8000)
+    knobs = dataclasses.replace(KNOBS, port_span=1)
+    actions = plan(snap(replicas=[draining], jobs=[job("11", 1)], knobs=knobs))
+    assert [a for a in actions if isinstance(a, Submit)] == []
+    # once its job has ended, the window is free in the same pass
+    actions = plan(snap(replicas=[draining], jobs=[], knobs=knobs))
+    assert [a for a in actions if isinstance(a, Submit)] == [sub(0, 8000)]
 
 
 def test_a_replica_requeued_onto_another_node_is_registered_there() -> None:

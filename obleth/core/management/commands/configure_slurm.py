@@ -8,7 +8,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from obleth.core.models import SlurmSettings
+from obleth.core import services
 
 
 class Command(BaseCommand):
@@ -22,27 +22,39 @@ class Command(BaseCommand):
             "--jwt-env", default="OBLETH_SLURM_JWT", help="Env variable holding the JWT."
         )
         parser.add_argument("--enable", action="store_true")
+        parser.add_argument(
+            "--keep-secret",
+            action="store_true",
+            help="With a new --url and no token in the env variable, keep the stored JWT and "
+            "Hugging Face token for the new URL (otherwise they are removed).",
+        )
         parser.add_argument("--log-dir", default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        slurm = SlurmSettings.load()
-        slurm.slurmrestd_url = options["url"]
-        slurm.user = options["user"]
-        slurm.api_version = options["api_version"]
-        token = os.environ.get(options["jwt_env"], "").strip()
-        if token:
-            slurm.jwt = token
+        # Through the same service as the API and the admin: every field validated, and a new
+        # URL without a token in the environment drops the stored token (it was for the old host).
+        values: dict[str, Any] = {
+            "slurmrestd_url": options["url"],
+            "user": options["user"],
+            "api_version": options["api_version"],
+        }
         if options["log_dir"] is not None:
-            slurm.log_dir = options["log_dir"]
+            values["log_dir"] = options["log_dir"]
         if options["enable"]:
-            slurm.enabled = True
+            values["enabled"] = True
+        token = os.environ.get(options["jwt_env"], "").strip()
         try:
-            slurm.full_clean()
+            slurm = services.update_slurm_settings(
+                values,
+                jwt=token or None,
+                keep_secret=bool(options["keep_secret"]),
+                actor="manage.py configure_slurm",
+            )
         except ValidationError as exc:
-            raise CommandError(
-                "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
-            ) from None
-        slurm.save()
+            messages = (
+                exc.message_dict.items() if hasattr(exc, "error_dict") else [("", exc.messages)]
+            )
+            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in messages)) from None
         self.stderr.write(
             f"slurm settings: {slurm.slurmrestd_url} user={slurm.user} "
             f"version={slurm.api_version or 'detect'} jwt={'set' if slurm.jwt else 'not set'} "
