@@ -328,6 +328,14 @@ EMAIL_TIMEOUT = 20
 DEFAULT_FROM_EMAIL = env_str("OBLETH_EMAIL_FROM", "obleth@localhost")
 
 OBLETH_RECIPES_DIR = Path(env_str("OBLETH_RECIPES_DIR", str(BASE_DIR / "recipes")))
+# Job logs (obleth.core.joblogs): folders where the jobs' stdout/stderr files are readable from
+# here, "/same/path" or "/cluster/path=/local/mount", comma separated. Empty: logs are not read
+# and the model page says where they are. Only files inside these folders are ever opened.
+OBLETH_JOB_LOGS_READABLE = env_list("OBLETH_JOB_LOGS_READABLE")
+# How much of a log the model page and the API send at most (the tail), in KiB.
+OBLETH_JOB_LOGS_MAX_KIB = env_int("OBLETH_JOB_LOGS_MAX_KIB", 256, minimum=1)
+# How often the model page refreshes its live panel, in seconds.
+OBLETH_COCKPIT_REFRESH_SECS = env_int("OBLETH_COCKPIT_REFRESH_SECS", 3, minimum=1)
 # Where engines that Slurm jobs run on this machine are installed (readable by the job user):
 # scripts/real-engines and the test engine copy used by the demo recipe ({{test_engine}}).
 OBLETH_ENGINES_DIR = Path(env_str("OBLETH_ENGINES_DIR", "/opt/obleth-engines"))

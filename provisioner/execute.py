@@ -43,6 +43,7 @@ from provisioner.domain import (
     UpdateMessage,
 )
 from provisioner.identity import identity_check_for, new_replica_key
+from provisioner.refusals import record_refusal
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.errors import SlurmConfigError, SlurmRejected
 from provisioner.submission import build_submission, submission_record
@@ -230,6 +231,7 @@ class Executor:
                     "ended_at": self.now(),
                 },
             )
+            record_refusal(self.client, action.replica_id, exc, spec.partition)  # whole answer
             spec.last_provision_error = f"Slurm refused the job: {reason}"
             ManagedSpec.objects.filter(pk=action.model_id).update(
                 last_provision_error=spec.last_provision_error,

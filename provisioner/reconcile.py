@@ -34,6 +34,7 @@ from provisioner.observe import (
     observe,
     observe_held,
 )
+from provisioner.observed import record_observation
 from provisioner.plan import plan, promotions_while_held
 from provisioner.resolve import get_resolver
 from provisioner.slurm.client import SlurmClient
@@ -318,6 +319,7 @@ def _pass(
     if dry_run:
         report.detail = f"dry run: {len(actions)} action(s) planned"
         return report
+    record_observation(observation, now)  # probe outcomes and Slurm reasons, for the admin
 
     by_model: dict[uuid.UUID, list[Action]] = defaultdict(list)
     orphans: list[Action] = []

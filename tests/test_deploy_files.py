@@ -444,7 +444,16 @@ def compose() -> dict[str, Any]:
 
 def test_compose_services() -> None:
     services = compose()["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "web", "gateway", "worker", "beat", "loop"}
+    assert set(services) == {
+        "postgres",
+        "redis",
+        "migrate",
+        "web",
+        "gateway",
+        "worker",
+        "beat",
+        "loop",
+    }
     assert services["redis"]["profiles"] == ["celery"]
     assert services["worker"]["profiles"] == ["celery"]
     assert services["beat"]["profiles"] == ["celery"]

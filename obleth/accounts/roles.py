@@ -80,8 +80,9 @@ ROLES: tuple[Role, ...] = (
     Role(
         OPERATOR,
         "A viewer who also deploys and scales models, restarts replicas, dismisses provision "
-        "errors and clears lost replicas. No Slurm settings, no secrets (endpoints, gateway "
-        "keys), no recipes and no spec shell (script, preamble, command, image).",
+        "errors, clears lost replicas and reads job logs. No Slurm settings, no secrets "
+        "(endpoints, gateway keys), no recipes and no spec shell (script, preamble, command, "
+        "image).",
         grants=(
             Rule("obleth", "*", "view"),
             Rule("core", "model", "add"),
@@ -93,6 +94,7 @@ ROLES: tuple[Role, ...] = (
             Rule("core", "managedspec", "dismiss_error"),
             Rule("core", "replica", "restart_replica"),
             Rule("core", "replica", "clear_lost"),
+            Rule("core", "replica", "read_job_log"),
         ),
         denies=(_OTHERS_TOKENS,),
     ),

@@ -478,6 +478,11 @@ class ReplicaSerializer(serializers.ModelSerializer[Replica]):
             "healthy_at",
             "created_at",
             "updated_at",
+            "last_probe",
+            "last_probe_at",
+            "slurm_state",
+            "slurm_reason",
+            "expected_start_at",
         ]
         read_only_fields = fields
 
@@ -523,6 +528,8 @@ class LaunchSerializer(serializers.ModelSerializer[Launch]):
             # not counted toward "Stop after failed launches"; null: not ended or ended by us
             "exit_code",
             "failed_launch",
+            "slurm_answer",
+            "refusal_hint",
             "updated_at",
         ]
         read_only_fields = fields

@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 
 from obleth.accounts import api as accounts_api
-from obleth.api import deploy, schema, views
+from obleth.api import deploy, joblogs, schema, views
 from obleth.api.auth import IsStaff
 from obleth.gateway.api import GatewayKeyViewSet
 
@@ -62,6 +62,11 @@ v1: list[URLPattern | URLResolver] = [
         rf"^provisioner/status{SLASH}$",
         views.ProvisionerStatusView.as_view(),
         name="provisioner-status",
+    ),
+    re_path(
+        rf"^replicas/(?P<pk>{UUID})/log{SLASH}$",
+        joblogs.ReplicaLogView.as_view(),
+        name="replica-log",
     ),
     *router.urls,
 ]

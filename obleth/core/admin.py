@@ -24,6 +24,7 @@ from django.utils.safestring import SafeString
 
 from obleth.core import services
 from obleth.core import validators as v
+from obleth.core.admin_cockpit import cockpit_context, cockpit_urls
 from obleth.core.choices import STATE_COLOURS, HostingMode, ReplicaState
 from obleth.core.models import (
     Alert,
@@ -340,6 +341,7 @@ class ModelAdmin(ActionPermissions, admin.ModelAdmin):
                 self.admin_site.admin_view(self.try_once_more_view),
                 name="core_model_try_once_more",
             ),
+            *cockpit_urls(self),
         ]
         return extra + super().get_urls()
 
@@ -387,6 +389,8 @@ class ModelAdmin(ActionPermissions, admin.ModelAdmin):
             spec = ManagedSpec.objects.filter(model_id=uuid.UUID(str(object_id))).first()
         except ValueError:
             spec = None  # not an id: the admin answers "does not exist" itself
+        if spec is not None:
+            context.update(cockpit_context(request, spec.model_id))
         if spec is not None and spec.last_provision_error:
             context["provision_error"] = spec.last_provision_error
             context["provision_error_at"] = spec.last_provision_error_at
@@ -648,6 +652,11 @@ REPLICA_FIELDS = (
     "identity",
     "cancel_requested",
     "last_message",
+    "last_probe",
+    "last_probe_at",
+    "slurm_state",
+    "slurm_reason",
+    "expected_start_at",
     "probe_failures",
     "excluded_nodes",
     "submitted_at",

@@ -418,12 +418,24 @@ class Replica(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # What the last pass saw (provisioner.observed): the probe's outcome in words and Slurm's
+    # own view of the job (state, pending reason, expected start).
+    last_probe = models.CharField(
+        max_length=500, blank=True, help_text="The last health probe's outcome, in words."
+    )
+    last_probe_at = models.DateTimeField(null=True, blank=True)
+    slurm_state = models.CharField(max_length=40, blank=True)
+    slurm_reason = models.CharField(max_length=200, blank=True)
+    expected_start_at = models.DateTimeField(
+        null=True, blank=True, help_text="Slurm's expected start of a pending job, if it gave one."
+    )
 
     class Meta:
         ordering: ClassVar[list[str]] = ["model_name", "created_at"]
         permissions = (
             ("restart_replica", "Can restart a replica"),
             ("clear_lost", "Can clear a model's lost replicas"),
+            ("read_job_log", "Can read job logs (they may hold secrets)"),
         )
 
     def __str__(self) -> str:
@@ -472,6 +484,10 @@ class Launch(models.Model):
     # False: churn (it served, then was preempted, cancelled by someone else or timed out);
     # None: not ended, or ended by the provisioner itself.
     failed_launch = models.BooleanField(null=True, blank=True)
+    slurm_answer = models.TextField(
+        blank=True, help_text="The whole answer slurmrestd gave when it refused the submit."
+    )
+    refusal_hint = models.CharField(max_length=500, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

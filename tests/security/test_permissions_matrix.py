@@ -51,6 +51,7 @@ OPERATOR_EXTRA = {
     "core.dismiss_error",
     "core.restart_replica",
     "core.clear_lost",
+    "core.read_job_log",
 }
 
 
@@ -156,6 +157,12 @@ MATRIX: dict[tuple[str, str], Cell] = {
     **action_route(
         "api:gateway-key-revoke", "gateway.change_gatewaykey", "gateway.view_gatewaykey", 404
     ),
+    # Job logs may hold secrets: operators and admins, not viewers (issue 11).
+    ("api:replica-log", "get"): need("core.read_job_log", ok=404),
+    ("api:replica-log", "post"): need("core.read_job_log", ok=405),
+    ("api:replica-log", "put"): need("core.read_job_log", ok=405),
+    ("api:replica-log", "patch"): need("core.read_job_log", ok=405),
+    ("api:replica-log", "delete"): need("core.read_job_log", ok=405),
     **action_route("api:replica-restart", "core.restart_replica", "core.view_replica", 404),
     **action_route("api:model-replica-clear-lost", "core.clear_lost", "core.view_replica", 200),
     **action_route("api:slurm-test", "core.change_slurmsettings", "core.view_slurmsettings", 400),
