@@ -180,6 +180,7 @@ REDIS_URL = env_str("OBLETH_REDIS_URL") or env_str("REDIS_URL") or "redis://127.
 
 # ----------------------------------------------------------------------------- REST API
 REST_FRAMEWORK = {
+    "DEFAULT_METADATA_CLASS": "obleth.api.metadata.SafeMetadata",
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "obleth.api.auth.BearerAuthentication",
         "rest_framework.authentication.SessionAuthentication",
