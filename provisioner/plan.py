@@ -396,11 +396,13 @@ class _Pass:
             if snapshot.knobs.port_span > 1
             else (ReplicaState.LOST,)
         )
-        self.taken_windows: list[int] = [
-            r.port_base
-            for r in snapshot.replicas
-            if r.port_base is not None and r.state not in free_states
-        ]
+        # Per model: a model's replicas never share a window, but models may (two models from
+        # one recipe have the same serving_port): on a shared node each server takes a free port
+        # of the window and the probe proves which one is whose by the replica key.
+        self.taken_windows: dict[uuid.UUID, list[int]] = {}
+        for r in snapshot.replicas:
+            if r.port_base is not None and r.state not in free_states:
+                self.taken_windows.setdefault(r.model_id, []).append(r.port_base)
 
     # endpoint helpers ---------------------------------------------------------------------
     def endpoint_known(self, endpoint_id: uuid.UUID | None) -> uuid.UUID | None:
@@ -668,14 +670,15 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             continue
         port_base = r.port_base
         if port_base is None:
+            taken = ps.taken_windows.setdefault(spec.model_id, [])
             port_base = next_free_window(
-                spec.serving_port, k.port_span, ps.taken_windows, spec.target_replicas
+                spec.serving_port, k.port_span, taken, spec.target_replicas
             )
             if port_base is None:
                 wait = window_wait_message(spec.serving_port, k.port_span, spec.target_replicas)
                 _annotate(g, r, wait, ())
                 continue
-            ps.taken_windows.append(port_base)
+            taken.append(port_base)
         g.submits.append(
             Submit(
                 model_id=r.model_id,
@@ -692,12 +695,13 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
         excluded = _excluded_nodes(ps, spec, failed_nodes)
         for index in range(missing):
             replica_id = new_replica_id(spec.model_id, s.now, index)
+            taken = ps.taken_windows.setdefault(spec.model_id, [])
             port_base = next_free_window(
-                spec.serving_port, k.port_span, ps.taken_windows, spec.target_replicas
+                spec.serving_port, k.port_span, taken, spec.target_replicas
             )
             if port_base is None:
                 break  # every window of the model's range is in use: wait for one to free
-            ps.taken_windows.append(port_base)
+            taken.append(port_base)
             g.submits.append(
                 Submit(
                     model_id=spec.model_id,
@@ -791,8 +795,9 @@ def _mark_lost(
 def _release_window(ps: _Pass, r: ReplicaView) -> None:
     """Its job has ended: nothing of it listens any more, so its window is free for a
     replacement in this same pass (windows are bounded: see ``next_free_window``)."""
-    if r.port_base is not None and r.port_base in ps.taken_windows:
-        ps.taken_windows.remove(r.port_base)
+    taken = ps.taken_windows.get(r.model_id, [])
+    if r.port_base is not None and r.port_base in taken:
+        taken.remove(r.port_base)
 
 
 def _cancel(

@@ -24,6 +24,7 @@ from provisioner.domain import (
     UpdateMessage,
 )
 from provisioner.plan import next_free_window, plan
+from provisioner.slurm.types import JobInfo, JobPhase
 from tests.plugins.factories import make_slurm_model
 
 M = uuid.UUID(int=0xA1)
@@ -112,28 +113,47 @@ def _row(n: int, port_base: int, state: ReplicaState = ReplicaState.HEALTHY, **k
     )
 
 
-def _snap(specs: list[ModelSpec], replicas: list[Any]) -> Snapshot:
+def _snap(specs: list[ModelSpec], replicas: list[Any], span: int = 8) -> Snapshot:
+    # Rows with a job id run: their jobs are in the listing.
+    jobs = {
+        r.job_id: JobInfo(r.job_id, r.job_name, "RUNNING", JobPhase.RUNNING, nodes=("gpu1",))
+        for r in replicas
+        if r.job_id
+    }
     return Snapshot(
         now=NOW,
-        knobs=Knobs(port_span=8),
+        knobs=Knobs(port_span=span),
         specs=tuple(specs),
         replicas=tuple(replicas),
-        jobs={},
+        jobs=jobs,
         jobs_listed_at=NOW,
         probes={},
         addresses={},
     )
 
 
-def test_scale_up_stops_at_the_range_when_another_model_holds_it() -> None:
-    """Model 2 (serving_port 8000, 2 replicas) overlaps model 1's live windows: it submits
-    nothing rather than going above 8015."""
+def test_models_with_the_same_serving_port_share_the_range() -> None:
+    """Two models deployed from one recipe have the same serving_port: model 2 holding 8000 and
+    8008 does not stop model 1 (on a shared node each server takes a free port of the window and
+    the probe proves whose it is by the replica key); model 1 stays inside 8000-8015."""
     other = [
         _row(1, 8000, ReplicaState.PENDING, model=M2, submitted_at=NOW),
         _row(2, 8008, ReplicaState.PENDING, model=M2, submitted_at=NOW),
     ]
     actions = plan(_snap([ModelSpec(M, "m", True, 2, serving_port=8000)], other))
-    assert [a for a in actions if isinstance(a, Submit) and a.model_id == M] == []
+    bases = sorted(a.port_base for a in actions if isinstance(a, Submit) and a.model_id == M)
+    assert bases == [8000, 8008]
+
+
+def test_scale_up_stops_at_the_range_when_the_models_own_replicas_hold_it() -> None:
+    """A model's own replicas never share a window: with both of its windows held by rows still
+    shutting down (a one-port span keeps a draining row's window), nothing goes above 8001."""
+    own = [
+        _row(1, 8000, ReplicaState.DRAINING, job_id="101", cancel_requested=True),
+        _row(2, 8001, ReplicaState.DRAINING, job_id="102", cancel_requested=True),
+    ]
+    actions = plan(_snap([ModelSpec(M, "m", True, 2, serving_port=8000)], own, span=1))
+    assert [a for a in actions if isinstance(a, Submit)] == []
 
 
 def test_an_unsubmitted_row_without_a_window_waits_with_a_message() -> None:
@@ -145,11 +165,13 @@ def test_an_unsubmitted_row_without_a_window_waits_with_a_message() -> None:
         created_at=NOW - dt.timedelta(seconds=600),
         port_base=None,
     )
-    blocker = _row(1, 8000, ReplicaState.PENDING, model=M2, submitted_at=NOW)
-    actions = plan(_snap([ModelSpec(M, "m", True, 1, serving_port=8000)], [waiting, blocker]))
+    blocker = _row(1, 8000, ReplicaState.DRAINING, job_id="101", cancel_requested=True)
+    actions = plan(
+        _snap([ModelSpec(M, "m", True, 1, serving_port=8000)], [waiting, blocker], span=1)
+    )
     assert not [a for a in actions if isinstance(a, Submit) and a.model_id == M]
     (update,) = [a for a in actions if isinstance(a, UpdateMessage) and a.replica_id == waiting.id]
-    assert update.message is not None and "waiting for a free port window in 8000-8007" in (
+    assert update.message is not None and "waiting for a free port window in 8000-8000" in (
         update.message
     )
 
