@@ -84,8 +84,16 @@ def reset_rows() -> None:
         Replica,
     )
 
-    for model in (Endpoint, Replica, Launch, ManagedSpec, Model, ProvisionerStatus, Alert, Lease):
-        model.objects.all().delete()
+    from django.db import connection
+
+    # TRUNCATE, not the ORM: deleting through models would decrypt secrets (endpoint and replica
+    # keys) written by an earlier instance with other keys. CASCADE takes rows that point here.
+    tables = ", ".join(
+        connection.ops.quote_name(model._meta.db_table)
+        for model in (Endpoint, Replica, Launch, ManagedSpec, Model, ProvisionerStatus, Alert, Lease)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {tables} CASCADE")
 
 
 # ------------------------------------------------------------------------------ measurements

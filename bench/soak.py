@@ -170,8 +170,11 @@ def forget_instance() -> None:
     from obleth.core.models import SlurmSettings
 
     reset_rows()
+    from django.db import connection
+
     # Raw: deleting through the ORM would decrypt the old JWT first, with a key that is gone.
-    SlurmSettings.objects.all()._raw_delete(SlurmSettings.objects.db)
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {connection.ops.quote_name(SlurmSettings._meta.db_table)}")
 
 
 class Load:
