@@ -73,6 +73,8 @@ def setup_django(db_name: str) -> None:
 
 def reset_rows() -> None:
     """Empty the provisioner's tables in the bench database (never any other database)."""
+    from django.db import connection
+
     from obleth.core.models import (
         Alert,
         Endpoint,
@@ -84,13 +86,20 @@ def reset_rows() -> None:
         Replica,
     )
 
-    from django.db import connection
-
     # TRUNCATE, not the ORM: deleting through models would decrypt secrets (endpoint and replica
     # keys) written by an earlier instance with other keys. CASCADE takes rows that point here.
     tables = ", ".join(
         connection.ops.quote_name(model._meta.db_table)
-        for model in (Endpoint, Replica, Launch, ManagedSpec, Model, ProvisionerStatus, Alert, Lease)
+        for model in (
+            Endpoint,
+            Replica,
+            Launch,
+            ManagedSpec,
+            Model,
+            ProvisionerStatus,
+            Alert,
+            Lease,
+        )
     )
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {tables} CASCADE")
