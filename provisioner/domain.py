@@ -127,6 +127,9 @@ class ReplicaView:
     # A lost row's end as recorded in its launch history ("" when unknown)
     end_state: str = ""
     exit_code: int | None = None
+    # When it was marked lost (its job's end as the provisioner saw it); None on rows from before
+    # the field (then the creation time stands in). Retention and the breaker count from here.
+    lost_at: dt.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -331,6 +331,7 @@ class Executor:
             state=ReplicaState.LOST,
             last_message=action.message[:500],
             endpoint_id=None,
+            lost_at=now,
             updated_at=now,
         )
         Launch.objects.filter(pk=action.replica_id, ended_at__isnull=True).update(

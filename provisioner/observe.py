@@ -95,6 +95,7 @@ def replica_view(row: Replica, ended: tuple[str, int | None] | None = None) -> R
         served=row.healthy_at is not None,
         end_state=end_state,
         exit_code=exit_code,
+        lost_at=row.lost_at,
     )
 
 
