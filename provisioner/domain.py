@@ -144,6 +144,9 @@ class EndpointView:
     health_status: str = "unknown"  # gateway verdict: healthy / degraded / unhealthy / unknown
     consecutive_failures: int = 0
     last_checked_at: dt.datetime | None = None
+    # HTTP status of the last check's answer (None: no answer). An answer proves the engine is
+    # up, so only unanswered checks are a zombie signal.
+    last_http_status: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

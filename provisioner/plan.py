@@ -870,6 +870,7 @@ def _self_heal(
 def _gateway_says_unhealthy(ps: _Pass, e: EndpointView) -> bool:
     return (
         e.health_status == "unhealthy"
+        and e.last_http_status is None  # the engine answered: it is up, a restart cannot help
         and e.consecutive_failures >= ps.k.gateway_unhealthy_failures
         and e.last_checked_at is not None
         and _age_secs(ps.s.now, e.last_checked_at) <= ps.k.gateway_verdict_max_age_secs

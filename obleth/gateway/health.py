@@ -68,6 +68,9 @@ class ProbeTarget:
     api_key: str = field(repr=False)
     model_type: str
     forwarded_name: str
+    # A Slurm replica's engine was proven up by the provisioner before promotion: any answer
+    # from it counts as serving (seed 000), a 404 for a renamed model included.
+    answered_is_serving: bool = False
 
     @classmethod
     def of(cls, endpoint: Endpoint, model: Model) -> ProbeTarget:
@@ -78,6 +81,7 @@ class ProbeTarget:
             api_key=endpoint.api_key or "",
             model_type=model.model_type,
             forwarded_name=model.forwarded_name,
+            answered_is_serving=model.hosting_mode == HostingMode.SLURM,
         )
 
 
@@ -214,16 +218,45 @@ def clear_catalog_cache() -> None:
         _catalog_cache.clear()
 
 
+def _name_key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def rename_hint(forwarded_name: str, catalog: frozenset[str] | None) -> str:
+    """What to do when the engine does not know the name obleth sends: the catalog's likely
+    spelling of it (``qwen2.5:0.5b`` for ``qwen2.5-0.5b``), or what it lists."""
+    names = sorted(n for n in (catalog or frozenset()) if n != "*")
+    same = [n for n in names if _name_key(n) == _name_key(forwarded_name)]
+    if same:
+        return (
+            f"the engine names the model '{same[0]}', not '{forwarded_name}': set the model's "
+            f"upstream model name to '{same[0]}'"
+        )
+    if names:
+        shown = ", ".join(f"'{n}'" for n in names[:5]) + (" ..." if len(names) > 5 else "")
+        return (
+            f"the engine does not list '{forwarded_name}' (it lists {shown}): set the model's "
+            "upstream model name to the engine's name for it"
+        )
+    return (
+        f"if the engine names the model differently from '{forwarded_name}', set the model's "
+        "upstream model name to the engine's name for it"
+    )
+
+
 def classify(
     status: int,
     reason: str,
     *,
     listed: Callable[[], frozenset[str] | None],
     forwarded_name: str,
+    answered_is_serving: bool = False,
 ) -> tuple[str, str]:
     """Reference §5.2: the verdict for an answer with HTTP ``status``.
 
-    ``listed`` fetches the upstream catalog; it is called only for 400/404/422."""
+    ``listed`` fetches the upstream catalog; it is called only for 400/404/422. With
+    ``answered_is_serving`` (a Slurm replica's engine) a 400/404/422 is an answer from an engine
+    that is up: degraded (serving), with the renamed-model hint, never unhealthy."""
     if 200 <= status < 300:
         return HealthStatus.HEALTHY, f"answered {status}"
     if status in AUTH_STATUSES:
@@ -233,6 +266,12 @@ def classify(
         )
     if status in REFINED_STATUSES:
         catalog = listed()
+        if answered_is_serving and not (catalog and forwarded_name in catalog):
+            return (
+                HealthStatus.DEGRADED,
+                f"answered {status}: the engine is up (counted as serving) but refused "
+                f"'{forwarded_name}': {rename_hint(forwarded_name, catalog)} ({reason})",
+            )
         if catalog is not None and "*" not in catalog:
             if forwarded_name in catalog:
                 return (
@@ -243,7 +282,7 @@ def classify(
             return (
                 HealthStatus.UNHEALTHY,
                 f"answered {status} and does not list '{forwarded_name}': model not found "
-                f"upstream ({reason})",
+                f"upstream; {rename_hint(forwarded_name, catalog)} ({reason})",
             )
         return HealthStatus.UNHEALTHY, f"answered {status} ({reason})"
     return HealthStatus.DEGRADED, f"answered {status} ({reason})"
@@ -315,6 +354,7 @@ def probe(
         reason,
         listed=lambda: fetch_catalog(target.api_base, target.api_key, timeout, client),
         forwarded_name=target.forwarded_name,
+        answered_is_serving=target.answered_is_serving,
     )
     return Verdict(
         status, f"{path}: {message} in {latency_ms} ms ({tries})", code, latency_ms, attempts
