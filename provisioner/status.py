@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-import obleth
+from obleth.build import version_label
 from obleth.core.models import ProvisionerStatus, SlurmSettings
 from obleth.logging import redact
 from provisioner import alerts
@@ -78,7 +78,7 @@ def heartbeat(*, now: dt.datetime | None = None) -> None:
     now = now or timezone.now()
     ProvisionerStatus.load()
     ProvisionerStatus.objects.filter(pk=1).update(
-        heartbeat_at=now, version=obleth.__version__, host=_host()
+        heartbeat_at=now, version=version_label(), host=_host()
     )
 
 
@@ -101,7 +101,7 @@ def record_pass(
         was_held = row.held_alert_active
         streak_start = row.non_ok_since
         row.heartbeat_at = now
-        row.version = obleth.__version__
+        row.version = version_label()
         row.host = _host()
         row.last_pass_status = status
         row.last_pass_detail = detail
