@@ -285,7 +285,7 @@ def fire_due_down_alerts(now: dt.datetime | None = None, model_ids: list[Any] | 
         claimed = Model.objects.filter(pk=pk, health_down_alerted=False).update(
             health_down_alerted=True
         )
-        if not claimed:
+        if not claimed or since is None:
             continue
         minutes = max(0, int((now - since).total_seconds() // 60))
         _alert(
