@@ -44,6 +44,35 @@ STYLES = {
 }
 
 
+@admin.register(HealthEvent)
+class HealthEventAdmin(admin.ModelAdmin):
+    """Every model's health history, read only (a model's own timeline: its Health page)."""
+
+    list_display = ("at", "model_id", "kind", "endpoint_name", "outcome", "http_status", "message")
+    list_filter = ("kind", "outcome")
+    search_fields = ("endpoint_name", "job_id", "message")
+    readonly_fields = (
+        "model_id",
+        "kind",
+        "at",
+        "endpoint_id",
+        "endpoint_name",
+        "replica_id",
+        "job_id",
+        "outcome",
+        "http_status",
+        "latency_ms",
+        "message",
+    )
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: HealthEvent | None = None) -> bool:
+        return False
+
+
 def tone(event: HealthEvent) -> str:
     if event.outcome in _TONE:
         return _TONE[event.outcome]
