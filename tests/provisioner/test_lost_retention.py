@@ -184,3 +184,26 @@ def test_a_replica_that_lived_20_minutes_is_kept_after_its_job_ends(
     run_pass(dispatch="inline")
     assert not Replica.objects.filter(pk=row.pk).exists()
     assert ManagedSpec.objects.get(pk=model.pk).breaker_message == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_backfills_lost_at_from_the_last_update() -> None:
+    """Rows lost before the field: their last update (when they were marked lost) stands in."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("core", "0010_failed_launch_breaker")]
+    after = [("core", "0011_health_history")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps.get_model("core", "Replica")
+    marked = timezone.now() - dt.timedelta(minutes=3)
+    lost = old.objects.create(model_id=uuid.uuid4(), model_name="m", job_name="a", state="lost")
+    live = old.objects.create(model_id=uuid.uuid4(), model_name="m", job_name="b", state="healthy")
+    old.objects.filter(pk=lost.pk).update(updated_at=marked)
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    executor.loader.build_graph()
+    MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes())
+    assert Replica.objects.get(pk=lost.pk).lost_at == marked
+    assert Replica.objects.get(pk=live.pk).lost_at is None
