@@ -265,6 +265,14 @@ OBLETH_SLURM_TIMEOUT_SECS = env_int("OBLETH_SLURM_TIMEOUT_SECS", 30, minimum=1)
 OBLETH_MODEL_HEALTH_ENABLED = env_bool("OBLETH_MODEL_HEALTH_ENABLED", True)
 OBLETH_MODEL_HEALTH_INTERVAL_SECS = env_int("OBLETH_MODEL_HEALTH_INTERVAL_SECS", 900, minimum=1)
 OBLETH_MODEL_HEALTH_TIMEOUT_SECS = env_int("OBLETH_MODEL_HEALTH_TIMEOUT_SECS", 30, minimum=1)
+# Health history (each endpoint check, each replica promotion/loss) is kept this many days.
+OBLETH_HEALTH_HISTORY_DAYS = env_int("OBLETH_HEALTH_HISTORY_DAYS", 14, minimum=1)
+# A serving model's badge turns unhealthy after this many failed checks in a row (degraded before).
+OBLETH_MODEL_UNHEALTHY_AFTER_FAILURES = env_int(
+    "OBLETH_MODEL_UNHEALTHY_AFTER_FAILURES", 2, minimum=1
+)
+# A model that served and has had no serving endpoint this long raises one down alert.
+OBLETH_MODEL_DOWN_ALERT_SECS = env_int("OBLETH_MODEL_DOWN_ALERT_SECS", 300, minimum=0)
 OBLETH_GATEWAY_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_TIMEOUT_SECS", 600, minimum=1)
 # Static client keys for /v1 (comma separated), accepted besides the gateway keys stored in the
 # database (admin, API, manage.py create_gateway_key). With neither, /v1 refuses every request

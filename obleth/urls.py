@@ -1,12 +1,19 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from obleth.core.admin_health import model_health_view
 from obleth.health import healthz
 from provisioner.metrics import metrics_view
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
+    # Before admin.site.urls, whose catch-all would take it: a model's health timeline.
+    path(
+        "admin/core/model/<uuid:model_id>/health/",
+        admin.site.admin_view(model_health_view),
+        name="core_model_health",
+    ),
     path("admin/", admin.site.urls),
     path("api/", include("obleth.api.urls")),
     path("v1/", include("obleth.gateway.urls")),

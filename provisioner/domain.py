@@ -127,6 +127,9 @@ class ReplicaView:
     # A lost row's end as recorded in its launch history ("" when unknown)
     end_state: str = ""
     exit_code: int | None = None
+    # When it was marked lost (its job's end as the provisioner saw it); None on rows from before
+    # the field (then the creation time stands in). Retention and the breaker count from here.
+    lost_at: dt.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,6 +144,9 @@ class EndpointView:
     health_status: str = "unknown"  # gateway verdict: healthy / degraded / unhealthy / unknown
     consecutive_failures: int = 0
     last_checked_at: dt.datetime | None = None
+    # HTTP status of the last check's answer (None: no answer). An answer proves the engine is
+    # up, so only unanswered checks are a zombie signal.
+    last_http_status: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

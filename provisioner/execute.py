@@ -25,8 +25,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 from django.utils import timezone
 
+from obleth.core import health_history as history
 from obleth.core.choices import ReplicaState
-from obleth.core.models import Endpoint, Launch, ManagedSpec, Replica, SlurmSettings
+from obleth.core.models import Endpoint, HealthEvent, Launch, ManagedSpec, Replica, SlurmSettings
 from provisioner import lease
 from provisioner.domain import (
     Action,
@@ -312,6 +313,20 @@ class Executor:
             Endpoint.objects.filter(pk=endpoint.pk, replica_id=action.replica_id).delete()
             return "replica left the live states meanwhile; endpoint withdrawn"
         Launch.objects.filter(pk=action.replica_id, healthy_at__isnull=True).update(healthy_at=now)
+        history.record_replica_event(
+            model_id=action.model_id,
+            kind=HealthEvent.Kind.PROMOTED,
+            replica_id=action.replica_id,
+            job_id=Replica.objects.filter(pk=action.replica_id)
+            .values_list("job_id", flat=True)
+            .first()
+            or "",
+            endpoint_id=endpoint.pk,
+            endpoint_name=endpoint.name,
+            outcome="promoted",
+            message=f"serving on {action.node}:{action.port} ({action.api_base})",
+            at=now,
+        )
         if self.warmup is not None:
             try:
                 self.warmup(
@@ -329,11 +344,19 @@ class Executor:
         if action.endpoint_id is not None:
             Endpoint.objects.filter(pk=action.endpoint_id).delete()
         now = self.now()
-        Replica.objects.filter(pk=action.replica_id).exclude(state=ReplicaState.LOST).update(
-            state=ReplicaState.LOST,
-            last_message=action.message[:500],
-            endpoint_id=None,
-            updated_at=now,
+        job_id = (
+            Replica.objects.filter(pk=action.replica_id).values_list("job_id", flat=True).first()
+        )
+        marked = (
+            Replica.objects.filter(pk=action.replica_id)
+            .exclude(state=ReplicaState.LOST)
+            .update(
+                state=ReplicaState.LOST,
+                last_message=action.message[:500],
+                endpoint_id=None,
+                lost_at=now,
+                updated_at=now,
+            )
         )
         Launch.objects.filter(pk=action.replica_id, ended_at__isnull=True).update(
             ended_at=now,
@@ -343,6 +366,17 @@ class Executor:
             failed_launch=action.failed_launch,
             **({"nodes": ",".join(action.nodes)} if action.nodes else {}),
         )
+        if marked:
+            history.record_replica_event(
+                model_id=action.model_id,
+                kind=HealthEvent.Kind.LOST,
+                replica_id=action.replica_id,
+                job_id=job_id or "",
+                endpoint_id=action.endpoint_id,
+                outcome="failed launch" if action.failed_launch else "lost",
+                message=action.message,
+                at=now,
+            )
         if action.failed_launch:
             log.warning("replica %s: failed launch: %s", action.replica_id, action.message)
         else:
@@ -357,16 +391,31 @@ class Executor:
         if action.job_id:
             self.client.cancel(action.job_id)
         now = self.now()
-        Replica.objects.filter(pk=action.replica_id).exclude(state=ReplicaState.DRAINING).update(
-            state=ReplicaState.DRAINING,
-            last_message=action.message[:500],
-            endpoint_id=None,
-            cancel_requested=False,
-            updated_at=now,
+        cancelled = (
+            Replica.objects.filter(pk=action.replica_id)
+            .exclude(state=ReplicaState.DRAINING)
+            .update(
+                state=ReplicaState.DRAINING,
+                last_message=action.message[:500],
+                endpoint_id=None,
+                cancel_requested=False,
+                updated_at=now,
+            )
         )
         Launch.objects.filter(pk=action.replica_id, ended_at__isnull=True).update(
             ended_at=now, end_state=f"cancelled:{action.reason.value}"
         )
+        if cancelled:
+            history.record_replica_event(
+                model_id=action.model_id,
+                kind=HealthEvent.Kind.RESTARTED,
+                replica_id=action.replica_id,
+                job_id=action.job_id,
+                endpoint_id=action.endpoint_id,
+                outcome=f"cancelled: {action.reason.value}"[:32],
+                message=action.message,
+                at=now,
+            )
         log.debug(
             "cancelled job %s (replica %s): %s", action.job_id, action.replica_id, action.message
         )

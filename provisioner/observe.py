@@ -95,6 +95,7 @@ def replica_view(row: Replica, ended: tuple[str, int | None] | None = None) -> R
         served=row.healthy_at is not None,
         end_state=end_state,
         exit_code=exit_code,
+        lost_at=row.lost_at,
     )
 
 
@@ -278,6 +279,7 @@ def observe(
                 "health_status",
                 "consecutive_failures",
                 "last_checked_at",
+                "last_http_status",
             )
         )
         recent = now - dt.timedelta(seconds=knobs.failed_node_memory_secs)
@@ -438,6 +440,7 @@ def observe(
             health_status=e["health_status"],
             consecutive_failures=e["consecutive_failures"],
             last_checked_at=e["last_checked_at"],
+            last_http_status=e.get("last_http_status"),
         )
         for e in endpoint_rows
     )

@@ -17,7 +17,8 @@ replicas sorted by ``(created_at, id)``.
 
 Replica rules per model (reference section 2.4, plus crash safety and repairs):
 
-* ``lost``: ``DeleteReplica`` once older than ``lost_retention_secs``; never alive. The kept ones
+* ``lost``: ``DeleteReplica`` once its job ended (``lost_at``) ``lost_retention_secs`` ago; never
+  alive. The kept ones
   that were failed launches (``is_failed_launch``) count toward the failed-launch breaker; churn
   (a replica that served, then was preempted, requeued, cancelled by someone else or reached its
   time limit) is replaced at once and never counted.
@@ -80,6 +81,7 @@ __all__ = [
     "endpoint_name_for",
     "job_name_for",
     "lost_message",
+    "lost_since",
     "mass_vanish",
     "new_replica_id",
     "next_free_window",
@@ -498,6 +500,12 @@ def _groups(snapshot: Snapshot) -> dict[uuid.UUID, _Group]:
     return groups
 
 
+def lost_since(r: ReplicaView) -> dt.datetime:
+    """When a lost replica's job ended (``lost_at``); the row's creation for rows from before
+    that field. Lost retention and the failed-launch breaker's window count from here."""
+    return r.lost_at if r.lost_at is not None else r.created_at
+
+
 def _plan_replicas(ps: _Pass, g: _Group) -> None:
     s, k = ps.s, ps.k
     spec = g.spec
@@ -509,7 +517,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
 
     for r in g.replicas:
         if r.state is ReplicaState.LOST:
-            if _age_secs(s.now, r.created_at) >= k.lost_retention_secs:
+            if _age_secs(s.now, lost_since(r)) >= k.lost_retention_secs:
                 g.delete_replicas.append(
                     DeleteReplica(r.model_id, r.id, why="lost replica past its retention")
                 )
@@ -867,6 +875,7 @@ def _self_heal(
 def _gateway_says_unhealthy(ps: _Pass, e: EndpointView) -> bool:
     return (
         e.health_status == "unhealthy"
+        and e.last_http_status is None  # the engine answered: it is up, a restart cannot help
         and e.consecutive_failures >= ps.k.gateway_unhealthy_failures
         and e.last_checked_at is not None
         and _age_secs(ps.s.now, e.last_checked_at) <= ps.k.gateway_verdict_max_age_secs

@@ -55,6 +55,8 @@ class PassReport:
     dispatched_models: int = 0
     duration_ms: int = 0
     slurm_requests: int = 0
+    # The pass could not reconcile (listing failed, an exception): not merely failed actions.
+    held: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -214,8 +216,9 @@ def run_pass(
             log_outcome(kind, report.results, report.duration_ms)
             if report.dispatched_models:
                 log.debug("%s: %d model task(s) dispatched", kind, report.dispatched_models)
-        elif report.results and not dry_run:  # a held pass that still promoted
-            log_outcome(f"held {kind}", report.results, report.duration_ms)
+        elif report.results and not dry_run:  # failed actions, or a held pass that promoted
+            label = f"held {kind}" if report.held else kind
+            log_outcome(label, report.results, report.duration_ms)
         return report
 
 
@@ -259,10 +262,10 @@ def _run_pass(
             )
         except HoldPass as exc:
             log.warning("pass held, nothing destructive done: %s", exc)
-            report = PassReport(status="error", detail=str(exc))
+            report = PassReport(status="error", detail=str(exc), held=True)
         except Exception as exc:  # noqa: BLE001 - recorded as the pass outcome
             log.exception("pass failed")
-            report = PassReport(status="error", detail=f"{type(exc).__name__}: {exc}")
+            report = PassReport(status="error", detail=f"{type(exc).__name__}: {exc}", held=True)
         else:
             if not dry_run:
                 _remember_version(slurm, client, held=False)
@@ -271,7 +274,7 @@ def _run_pass(
                 client.close()
         if client is None:
             return _finish(report, started, dry_run)
-        if report.status == "error":
+        if report.held:
             _remember_version(slurm, client, held=True)
         report.slurm_requests = getattr(client, "request_count", 0)
     return _finish(report, started, dry_run)
@@ -364,6 +367,9 @@ def _pass(
             )
     report.results += executor.run(orphans)
     failed = [r for r in report.results if not r.ok]
+    # Celery mode: model tasks record their failed actions; those not yet followed by a success
+    # make this pass an error too, as an inline pass's own failures do.
+    task_failures = status.recent_model_task_failures() if dispatch == "celery" else []
     parts = [f"{len(actions)} action(s)"]
     if report.dispatched_models:
         parts.append(f"{report.dispatched_models} model task(s) dispatched")
@@ -371,6 +377,10 @@ def _pass(
         parts.append(
             f"{len(failed)} failed: " + "; ".join(f"{r.action}: {r.detail}" for r in failed[:3])
         )
+    if task_failures:
+        parts.append("model task(s) failed: " + "; ".join(task_failures[:3]))
+    if failed or task_failures:
+        report.status = "error"
     if skipped:
         parts.append(f"{skipped} model(s) busy, left for the next pass")
     report.detail = ", ".join(parts)
@@ -391,7 +401,7 @@ def _held_pass(
     running whose server answers, so a replacement that started just before a slurmrestd outage
     serves now rather than when slurmrestd is back."""
     log.warning("pass held, nothing destructive done: %s", exc)
-    report = PassReport(status="error", detail=str(exc))
+    report = PassReport(status="error", detail=str(exc), held=True)
     try:
         observation = observe_held(
             slurm=slurm,
@@ -506,6 +516,11 @@ def _run_model_task(
     finally:
         client.close()
     name = specs[mid].model.name if mid in specs else ""
+    # The pass that dispatched this task has already recorded its outcome: leave this one where
+    # the next pass reads it, so failed actions turn the pass to error (and the held alert).
+    status.record_model_task(
+        model_id, name, [f"{r.action}: {r.detail}" for r in results if not r.ok]
+    )
     return {
         "model_id": model_id,
         "model_name": name,

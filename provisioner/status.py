@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-import obleth
+from obleth.build import version_label
 from obleth.core.models import ProvisionerStatus, SlurmSettings
 from obleth.logging import redact
 from provisioner import alerts
@@ -34,6 +34,8 @@ __all__ = [
     "RUNNING_WINDOW_SECS",
     "describe_status",
     "heartbeat",
+    "recent_model_task_failures",
+    "record_model_task",
     "record_pass",
 ]
 
@@ -76,7 +78,7 @@ def heartbeat(*, now: dt.datetime | None = None) -> None:
     now = now or timezone.now()
     ProvisionerStatus.load()
     ProvisionerStatus.objects.filter(pk=1).update(
-        heartbeat_at=now, version=obleth.__version__, host=_host()
+        heartbeat_at=now, version=version_label(), host=_host()
     )
 
 
@@ -99,7 +101,7 @@ def record_pass(
         was_held = row.held_alert_active
         streak_start = row.non_ok_since
         row.heartbeat_at = now
-        row.version = obleth.__version__
+        row.version = version_label()
         row.host = _host()
         row.last_pass_status = status
         row.last_pass_detail = detail
@@ -140,6 +142,62 @@ def record_pass(
         except Exception:  # an alert problem must not fail the pass bookkeeping
             log.exception("could not fire alert %s", key)
     return row
+
+
+def _task_failure_ttl_secs() -> float:
+    """How long a model task's failure stands without a newer outcome for that model: a few
+    passes, so a model that is no longer planned (deleted, fixed out of band) stops counting."""
+    return 4.0 * float(getattr(settings, "OBLETH_PROVISIONER_INTERVAL_SECS", 15)) + 60.0
+
+
+def record_model_task(
+    model_id: str, model_name: str, failed: list[str], *, now: dt.datetime | None = None
+) -> None:
+    """Celery mode: store a model task's outcome where the next pass reads it. ``failed``: one
+    "Action: why" per failed action; empty clears the model's entry (its actions succeeded)."""
+    now = now or timezone.now()
+    ProvisionerStatus.load()
+    with transaction.atomic():
+        row = ProvisionerStatus.objects.select_for_update().get(pk=1)
+        failures = dict(row.model_task_failures or {})
+        if failed:
+            failures[str(model_id)] = {
+                "name": str(model_name or model_id)[:200],
+                "at": now.isoformat(),
+                "detail": _clean_detail("; ".join(failed[:3]))[:500],
+                "count": len(failed),
+            }
+        elif str(model_id) not in failures:
+            return
+        else:
+            failures.pop(str(model_id), None)
+        row.model_task_failures = failures
+        row.save(update_fields=["model_task_failures"])
+
+
+def recent_model_task_failures(*, now: dt.datetime | None = None) -> list[str]:
+    """Failures of model tasks not yet followed by a success for that model, as
+    "model: N failed: Action: why" sentences; stale entries are dropped."""
+    now = now or timezone.now()
+    row = ProvisionerStatus.objects.filter(pk=1).values_list("model_task_failures", flat=True)
+    failures: dict[str, Any] = dict(row.first() or {})
+    if not failures:
+        return []
+    oldest = now - dt.timedelta(seconds=_task_failure_ttl_secs())
+    kept: dict[str, Any] = {}
+    for model_id, entry in failures.items():
+        try:
+            at = dt.datetime.fromisoformat(str(entry.get("at")))
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if at >= oldest:
+            kept[model_id] = entry
+    if len(kept) != len(failures):
+        ProvisionerStatus.objects.filter(pk=1).update(model_task_failures=kept)
+    return [
+        f"model {e.get('name')}: {e.get('count', 1)} failed: {e.get('detail', '')}"
+        for e in sorted(kept.values(), key=lambda e: str(e.get("name")))
+    ]
 
 
 def describe_status(now: dt.datetime | None = None) -> dict[str, Any]:

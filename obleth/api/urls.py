@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 
 from obleth.accounts import api as accounts_api
-from obleth.api import deploy, joblogs, schema, views
+from obleth.api import deploy, health, joblogs, schema, views
 from obleth.api.auth import IsStaff
 from obleth.gateway.api import GatewayKeyViewSet
 
@@ -51,6 +51,11 @@ v1: list[URLPattern | URLResolver] = [
         rf"^models/(?P<model_id>{UUID})/managed/provision-error{SLASH}$",
         views.ProvisionErrorView.as_view(),
         name="model-provision-error",
+    ),
+    re_path(
+        rf"^models/(?P<model_id>{UUID})/health-history{SLASH}$",
+        health.ModelHealthHistoryView.as_view(),
+        name="model-health-history",
     ),
     re_path(rf"^deployments{SLASH}$", deploy.DeployView.as_view(), name="deploy"),
     re_path(rf"^settings/slurm{SLASH}$", views.SlurmSettingsView.as_view(), name="slurm-settings"),

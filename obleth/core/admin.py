@@ -1097,3 +1097,7 @@ class AuthFailureWindowAdmin(admin.ModelAdmin):
         self, request: HttpRequest, obj: AuthFailureWindow | None = None
     ) -> bool:
         return False
+
+
+# The Health page of a model and the HealthEvent list (obleth/core/admin_health.py).
+from obleth.core import admin_health  # noqa: E402, F401

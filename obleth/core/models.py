@@ -68,6 +68,10 @@ class Model(TimestampedModel):
     health_consecutive_failures = models.PositiveIntegerField(default=0, editable=False)
     health_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     health_next_check_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Down/recovery alerts: since when a model that served has had no serving endpoint, and
+    # whether the down alert went out (so its recovery is announced once).
+    health_down_since = models.DateTimeField(null=True, blank=True, editable=False)
+    health_down_alerted = models.BooleanField(default=False, editable=False)
 
     class Meta:
         ordering: ClassVar[list[str]] = ["name"]
@@ -404,6 +408,9 @@ class Replica(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     healthy_at = models.DateTimeField(null=True, blank=True)
+    # When it was marked lost (its job ended or vanished): retention and the failed-launch
+    # breaker's window count from here, not from the row's creation.
+    lost_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The replica's own secret: its job gets it in the environment (OBLETH_REPLICA_API_KEY), its
     # engine demands it, the probe proves the port is ours with it and the endpoint sends it.
     # Generated when the row is written; never shown or logged.
@@ -515,6 +522,9 @@ class ProvisionerStatus(models.Model):
     non_ok_since = models.DateTimeField(null=True, blank=True)
     last_ok_at = models.DateTimeField(null=True, blank=True)
     held_alert_active = models.BooleanField(default=False)
+    # Celery mode: the failed actions of model tasks, per model id ({"name", "at", "detail"}),
+    # read by the next pass so they turn its outcome to error (and feed the held alert).
+    model_task_failures = models.JSONField(default=dict, blank=True)
 
     class Meta:
         verbose_name = "provisioner status"
@@ -578,3 +588,42 @@ class AuthFailureWindow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} {self.key}: {self.failures}"
+
+
+class HealthEvent(models.Model):
+    """Health history: one endpoint check, or one promotion/loss/restart of a replica.
+
+    Kept ``OBLETH_HEALTH_HISTORY_DAYS`` (pruned by the endpoint-check run). ``model_id`` is a
+    plain UUID, like the replica's, so the history of a model outlives its endpoints and rows.
+    """
+
+    class Kind(models.TextChoices):
+        CHECK = "check", "Endpoint check"
+        PROMOTED = "promoted", "Replica promoted"
+        LOST = "lost", "Replica lost"
+        RESTARTED = "restarted", "Replica cancelled"
+        DOWN = "down", "Model down"
+        RECOVERED = "recovered", "Model recovered"
+
+    id = models.BigAutoField(primary_key=True)
+    model_id = models.UUIDField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    at = models.DateTimeField()
+    endpoint_id = models.UUIDField(null=True, blank=True)
+    endpoint_name = models.CharField(max_length=200, blank=True)
+    replica_id = models.UUIDField(null=True, blank=True)
+    job_id = models.CharField(max_length=40, blank=True)
+    outcome = models.CharField(max_length=32, blank=True)  # verdict, or what happened
+    http_status = models.PositiveIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    message = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["-at", "-id"]
+        indexes: ClassVar[list[models.Index]] = [
+            models.Index(fields=["model_id", "-at"], name="healthevent_model_at"),
+            models.Index(fields=["at"], name="healthevent_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.outcome} at {self.at:%Y-%m-%d %H:%M:%S}"

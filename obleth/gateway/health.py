@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import F, Min, Q
 from django.utils import timezone
 
+from obleth.core import health_history as history
 from obleth.core.choices import HealthStatus, HostingMode, ModelType
 from obleth.core.models import Endpoint, ManagedSpec, Model
 from obleth.logging import redact, register_secret
@@ -68,6 +69,9 @@ class ProbeTarget:
     api_key: str = field(repr=False)
     model_type: str
     forwarded_name: str
+    # A Slurm replica's engine was proven up by the provisioner before promotion: any answer
+    # from it counts as serving (seed 000), a 404 for a renamed model included.
+    answered_is_serving: bool = False
 
     @classmethod
     def of(cls, endpoint: Endpoint, model: Model) -> ProbeTarget:
@@ -78,6 +82,7 @@ class ProbeTarget:
             api_key=endpoint.api_key or "",
             model_type=model.model_type,
             forwarded_name=model.forwarded_name,
+            answered_is_serving=model.hosting_mode == HostingMode.SLURM,
         )
 
 
@@ -214,16 +219,45 @@ def clear_catalog_cache() -> None:
         _catalog_cache.clear()
 
 
+def _name_key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def rename_hint(forwarded_name: str, catalog: frozenset[str] | None) -> str:
+    """What to do when the engine does not know the name obleth sends: the catalog's likely
+    spelling of it (``qwen2.5:0.5b`` for ``qwen2.5-0.5b``), or what it lists."""
+    names = sorted(n for n in (catalog or frozenset()) if n != "*")
+    same = [n for n in names if _name_key(n) == _name_key(forwarded_name)]
+    if same:
+        return (
+            f"the engine names the model '{same[0]}', not '{forwarded_name}': set the model's "
+            f"upstream model name to '{same[0]}'"
+        )
+    if names:
+        shown = ", ".join(f"'{n}'" for n in names[:5]) + (" ..." if len(names) > 5 else "")
+        return (
+            f"the engine does not list '{forwarded_name}' (it lists {shown}): set the model's "
+            "upstream model name to the engine's name for it"
+        )
+    return (
+        f"if the engine names the model differently from '{forwarded_name}', set the model's "
+        "upstream model name to the engine's name for it"
+    )
+
+
 def classify(
     status: int,
     reason: str,
     *,
     listed: Callable[[], frozenset[str] | None],
     forwarded_name: str,
+    answered_is_serving: bool = False,
 ) -> tuple[str, str]:
     """Reference §5.2: the verdict for an answer with HTTP ``status``.
 
-    ``listed`` fetches the upstream catalog; it is called only for 400/404/422."""
+    ``listed`` fetches the upstream catalog; it is called only for 400/404/422. With
+    ``answered_is_serving`` (a Slurm replica's engine) a 400/404/422 is an answer from an engine
+    that is up: degraded (serving), with the renamed-model hint, never unhealthy."""
     if 200 <= status < 300:
         return HealthStatus.HEALTHY, f"answered {status}"
     if status in AUTH_STATUSES:
@@ -233,6 +267,12 @@ def classify(
         )
     if status in REFINED_STATUSES:
         catalog = listed()
+        if answered_is_serving and not (catalog and forwarded_name in catalog):
+            return (
+                HealthStatus.DEGRADED,
+                f"answered {status}: the engine is up (counted as serving) but refused "
+                f"'{forwarded_name}': {rename_hint(forwarded_name, catalog)} ({reason})",
+            )
         if catalog is not None and "*" not in catalog:
             if forwarded_name in catalog:
                 return (
@@ -243,7 +283,7 @@ def classify(
             return (
                 HealthStatus.UNHEALTHY,
                 f"answered {status} and does not list '{forwarded_name}': model not found "
-                f"upstream ({reason})",
+                f"upstream; {rename_hint(forwarded_name, catalog)} ({reason})",
             )
         return HealthStatus.UNHEALTHY, f"answered {status} ({reason})"
     return HealthStatus.DEGRADED, f"answered {status} ({reason})"
@@ -315,6 +355,7 @@ def probe(
         reason,
         listed=lambda: fetch_catalog(target.api_base, target.api_key, timeout, client),
         forwarded_name=target.forwarded_name,
+        answered_is_serving=target.answered_is_serving,
     )
     return Verdict(
         status, f"{path}: {message} in {latency_ms} ms ({tries})", code, latency_ms, attempts
@@ -341,9 +382,28 @@ def next_check_time(now: datetime) -> datetime:
     return now + timedelta(seconds=interval + jitter)
 
 
-def record_verdict(endpoint_id: Any, verdict: Verdict, now: datetime | None = None) -> None:
-    """Write a verdict on the endpoint row (an UPDATE of the health fields only)."""
+def record_verdict(
+    endpoint_id: Any,
+    verdict: Verdict,
+    now: datetime | None = None,
+    *,
+    model_id: Any = None,
+    endpoint_name: str = "",
+) -> None:
+    """Write a verdict on the endpoint row (an UPDATE of the health fields only) and, given the
+    model, in the health history (disabled endpoints are not history)."""
     now = now or timezone.now()
+    if model_id is not None and verdict.status != HealthStatus.DISABLED:
+        history.record_check(
+            model_id=model_id,
+            endpoint_id=endpoint_id,
+            endpoint_name=endpoint_name,
+            status=verdict.status,
+            message=verdict.message,
+            http_status=verdict.http_status,
+            latency_ms=verdict.latency_ms,
+            at=now,
+        )
     failures: Any = F("consecutive_failures") + 1 if verdict.status == HealthStatus.UNHEALTHY else 0
     Endpoint.objects.filter(pk=endpoint_id).update(
         health_status=verdict.status,
@@ -364,7 +424,7 @@ def check_endpoint(endpoint: Endpoint, *, refresh_model: bool = True) -> Verdict
     model's badge."""
     model = endpoint.model
     verdict = probe(ProbeTarget.of(endpoint, model)) if endpoint.enabled else DISABLED_VERDICT
-    record_verdict(endpoint.pk, verdict)
+    record_verdict(endpoint.pk, verdict, model_id=model.pk, endpoint_name=endpoint.name)
     if refresh_model:
         refresh_model_health(model)
     return verdict
@@ -425,21 +485,55 @@ def model_health(model: Model) -> ModelHealth:
 
 
 def refresh_model_health(model: Model, now: datetime | None = None) -> ModelHealth:
-    """Recompute and record a model's badge from its endpoints' recorded verdicts."""
+    """Recompute and record a model's badge from its endpoints' recorded verdicts.
+
+    The badge of a serving model turns unhealthy only after OBLETH_MODEL_UNHEALTHY_AFTER_FAILURES
+    failed refreshes in a row (degraded until then); a model that served and serves through no
+    endpoint starts its down streak (the down/recovery alerts: obleth.core.health_history)."""
     now = now or timezone.now()
-    health = model_health(model)
+    before = (
+        Model.objects.filter(pk=model.pk)
+        .values_list(
+            "health_status",
+            "health_consecutive_failures",
+            "health_down_since",
+            "health_down_alerted",
+        )
+        .first()
+    )
+    previous, failures_before, down_since, alerted = before or ("unknown", 0, None, False)
+    computed = model_health(model)
+    unhealthy = computed.status == HealthStatus.UNHEALTHY
+    in_a_row = failures_before + 1 if unhealthy else 0
+    checks_failed = Endpoint.objects.filter(model=model, enabled=True).exists()
+    shown = history.badge_after_threshold(
+        history.BadgeState(computed.status, computed.message),
+        previous_status=previous,
+        failures_in_a_row=in_a_row,
+        threshold=history.threshold_setting(),
+        checks_failed=checks_failed,
+    )
+    health = ModelHealth(shown.status, shown.message)
     earliest = Endpoint.objects.filter(model=model, enabled=True).aggregate(
         at=Min("next_check_at")
     )["at"]
-    failures: Any = (
-        F("health_consecutive_failures") + 1 if health.status == HealthStatus.UNHEALTHY else 0
-    )
+    failures: Any = F("health_consecutive_failures") + 1 if unhealthy else 0
     Model.objects.filter(pk=model.pk).update(
         health_status=health.status,
         health_message=health.message[:MESSAGE_MAX],
         health_consecutive_failures=failures,
         health_checked_at=now,
         health_next_check_at=earliest or next_check_time(now),
+    )
+    history.track_down_state(
+        model,
+        serving=computed.status in SERVING,
+        counts=computed.status == HealthStatus.UNHEALTHY,
+        previous_status=previous,
+        down_since=down_since,
+        alerted=alerted,
+        message=computed.message,
+        now=now,
     )
     return health
 
@@ -457,7 +551,9 @@ def check_model_endpoints(model_id: Any) -> ModelCheck:
     now = timezone.now()
     for ep in endpoints:
         if ep.enabled and model.enabled:
-            record_verdict(ep.pk, verdicts[str(ep.pk)], now)
+            record_verdict(
+                ep.pk, verdicts[str(ep.pk)], now, model_id=model.pk, endpoint_name=ep.name
+            )
         elif not ep.enabled:
             verdicts[str(ep.pk)] = DISABLED_VERDICT
             record_verdict(ep.pk, DISABLED_VERDICT, now)
@@ -500,13 +596,21 @@ def run_due_checks(now: datetime | None = None, limit: int = DUE_BATCH) -> DueRu
         health_message="model disabled: not checked",
         health_consecutive_failures=0,
         health_checked_at=now,
+        health_down_since=None,  # disabled on purpose: no down alert, no recovery notice
+        health_down_alerted=False,
     )
     rows = _claim_due(now, limit)
     targets = [ProbeTarget.of(ep, ep.model) for ep in rows if ep.enabled]
     verdicts = probe_many(targets)
     done = timezone.now()
     for ep in rows:
-        record_verdict(ep.pk, verdicts.get(str(ep.pk), DISABLED_VERDICT), done)
+        record_verdict(
+            ep.pk,
+            verdicts.get(str(ep.pk), DISABLED_VERDICT),
+            done,
+            model_id=ep.model_id,
+            endpoint_name=ep.name,
+        )
     model_ids = {ep.model_id for ep in rows}
     model_ids |= set(
         Model.objects.filter(enabled=True)
@@ -515,6 +619,8 @@ def run_due_checks(now: datetime | None = None, limit: int = DUE_BATCH) -> DueRu
     )
     for model in Model.objects.filter(pk__in=model_ids, enabled=True):
         refresh_model_health(model, done)
+    history.fire_due_down_alerts(done)
+    history.maybe_prune(done)
     if rows:
         log.info("endpoint checks: %d checked, %d model(s) refreshed", len(rows), len(model_ids))
     return DueRun(len(rows), len(model_ids))

@@ -19,6 +19,7 @@ from obleth.core.models import (
     Alert,
     AuthFailureWindow,
     Endpoint,
+    HealthEvent,
     Launch,
     Lease,
     ManagedSpec,
@@ -70,6 +71,9 @@ def objects(admin_user: Any) -> dict[type, Any]:
         ProvisionerStatus: ProvisionerStatus.load(),
         Alert: Alert.objects.create(key="slurm_reconcile_held", title="reconciliation is failing"),
         Lease: Lease.objects.create(name="model:x", owner="w1", expires_at=timezone.now()),
+        HealthEvent: HealthEvent.objects.create(
+            model_id=static.pk, kind="check", at=timezone.now(), outcome="healthy"
+        ),
         AuthFailureWindow: AuthFailureWindow.objects.create(
             scope="admin-login", key="ip:203.0.113.7", failures=2, window_started_at=timezone.now()
         ),

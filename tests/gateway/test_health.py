@@ -316,10 +316,15 @@ def test_static_model_badge_is_its_best_endpoint(engine: Engine, closed_port_bas
     make_endpoint(model, api_base=engine.api_base)
     assert check_model_endpoints(model.pk).health.status == HealthStatus.HEALTHY
     Endpoint.objects.filter(model=model, api_base=engine.api_base).delete()
+    # OBLETH_MODEL_UNHEALTHY_AFTER_FAILURES (2): one failed check leaves a serving model degraded.
+    result = check_model_endpoints(model.pk)
+    assert result.health.status == HealthStatus.DEGRADED
+    assert "failed check 1 of 2" in result.health.message
+    assert Model.objects.get(pk=model.pk).health_consecutive_failures == 1
     result = check_model_endpoints(model.pk)
     assert result.health.status == HealthStatus.UNHEALTHY
     row = Model.objects.get(pk=model.pk)
-    assert row.health_consecutive_failures == 1
+    assert row.health_consecutive_failures == 2
 
 
 def test_deleting_an_endpoint_asks_for_a_badge_refresh(engine: Engine) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.core import mail
 
-import obleth
+from obleth.build import version_label
 from obleth.core.models import Alert, ProvisionerStatus, SlurmSettings
 from obleth.logging import register_secret
 from provisioner import status
@@ -48,7 +48,7 @@ def test_ok_pass() -> None:
     assert r.last_pass_status == "ok" and r.last_pass_detail == "" and r.last_pass_ms == 42
     assert r.last_ok_at == at(0) and r.last_pass_at == at(0) and r.heartbeat_at == at(0)
     assert r.non_ok_since is None and r.held_alert_active is False
-    assert r.version == obleth.__version__ and r.host == socket.gethostname()[:200]
+    assert r.version == version_label() and r.host == socket.gethostname()[:200]
 
 
 def test_non_ok_streak_keeps_its_start_and_last_ok() -> None:
@@ -158,6 +158,6 @@ def test_describe_status() -> None:
 def test_heartbeat() -> None:
     status.heartbeat(now=at(0))
     r = row()
-    assert r.heartbeat_at == at(0) and r.version == obleth.__version__
+    assert r.heartbeat_at == at(0) and r.version == version_label()
     assert r.last_pass_status == ""
     assert status.describe_status(now=at(10))["state"] == "running"

@@ -191,6 +191,11 @@ MATRIX: dict[tuple[str, str], Cell] = {
     ("api:model-provision-error", "put"): need("core.dismiss_error", ok=405),
     ("api:model-provision-error", "patch"): need("core.dismiss_error", ok=400),
     ("api:model-provision-error", "delete"): need("core.dismiss_error", ok=405),
+    # A model's health history: read only, the model's view permission.
+    **{
+        ("api:model-health-history", m): need("core.view_model", ok=200 if m == "get" else 405)
+        for m in METHODS
+    },
     ("api:slurm-settings", "get"): need("core.view_slurmsettings", ok=200),
     ("api:slurm-settings", "post"): need("core.add_slurmsettings", ok=405),
     ("api:slurm-settings", "put"): need("core.change_slurmsettings", ok=200),
