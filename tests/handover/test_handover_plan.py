@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import uuid
 from collections.abc import Iterable
 
 import pytest
