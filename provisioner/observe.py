@@ -31,12 +31,14 @@ from provisioner.domain import (
     ServingLoss,
     Snapshot,
 )
+from provisioner.handover_window import handover_secs, measured_start_to_serving
 from provisioner.identity import IdentityProof, probe_identity
 from provisioner.plan import mass_vanish
 from provisioner.probe import ProbeOutcome, ProbeTarget, probe_all
 from provisioner.resolve import NodeResolver
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.errors import SlurmError
+from provisioner.spec_hash import spec_hash
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,9 @@ def replica_view(row: Replica, ended: tuple[str, int | None] | None = None) -> R
         served=row.healthy_at is not None,
         end_state=end_state,
         exit_code=exit_code,
+        successor_of=row.successor_of,
+        spec_hash=row.spec_hash,
+        drain_deadline=row.drain_deadline,
     )
 
 
@@ -120,6 +125,7 @@ def knobs_from_settings() -> Knobs:
         job_prefix=settings.OBLETH_PROVISIONER_JOB_PREFIX,
         storm_losses=settings.OBLETH_PROVISIONER_STORM_LOSSES,
         storm_window_secs=settings.OBLETH_PROVISIONER_STORM_WINDOW_SECS,
+        drain_secs=settings.OBLETH_PROVISIONER_DRAIN_SECS,
     )
 
 
@@ -310,6 +316,9 @@ def observe(
             if knobs.storm_losses > 0
             else ()
         )
+        start_to_serving = measured_start_to_serving(
+            spec.model_id for spec in spec_rows if spec.handover_secs is None
+        )
     except DatabaseError as exc:
         raise HoldPass(f"database read failed; holding: {exc}") from exc
 
@@ -347,6 +356,12 @@ def observe(
                     and spec.updated_at <= refused_at
                 ),
                 guard=GuardState(breaker=spec.breaker_message, storm=spec.storm_message),
+                spec_hash=spec_hash(spec),
+                handover_secs=handover_secs(
+                    spec.handover_secs, start_to_serving.get(spec.model_id, [])
+                ),
+                handover_message=spec.handover_message,
+                rollout_message=spec.rollout_message,
             )
         )
     known = {s.model_id for s in model_specs}
