@@ -678,6 +678,8 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
 
     if spec is None:
         return
+    # A replica cancelled above (scale-down) needs no successor.
+    successors_for = [r for r in successors_for if r.id not in ps.ended]
 
     for a in alive + uncounted:
         if a.kind is not _Kind.RESUBMIT:

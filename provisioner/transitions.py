@@ -138,6 +138,7 @@ def decide(
 
     notes: list[str] = []
     retired: set[uuid.UUID] = set()
+    rolling = bool(spec.spec_hash) and spec.target_replicas > 0
     for e in entries:
         r, job = e.replica, e.job
         if r.id in d.uncounted or not e.serving:
@@ -159,6 +160,8 @@ def decide(
             continue
         if not handover_due(job, now, spec.handover_secs, signalled):
             continue
+        if rolling and not _current(r, spec.spec_hash):
+            continue  # the rollout replaces it make-before-break (or it ends at its limit)
         ends = end_clock(_end(job))
         if successor is None:
             if submit_block:

@@ -2,8 +2,9 @@
 
 Nothing is faked: real slurmrestd, real jobs running the project's test engine with a 3-minute
 time limit, real probes and endpoints, and requests through obleth's /v1 gateway (Django's test
-client in-process; the gateway proxies over HTTP to the engines on 127.0.0.1). One boundary only:
-three boundaries of a 3-minute job take over ten minutes on the shared 2-CPU cluster.
+client in-process; the gateway proxies over HTTP to the engines on 127.0.0.1). Three boundaries:
+each successor is itself handed over about a minute after it starts (time limit 3 minutes,
+handover 120 s), so the test takes about four minutes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from django.test import Client
 from obleth.core.choices import ReplicaState
 from obleth.core.models import Endpoint, Launch, ManagedSpec, Replica
 from obleth.gateway import keys
-from provisioner.reconcile import run_pass
 from tests.e2e.conftest import ProvisionerEnv, squeue
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
@@ -55,47 +55,56 @@ class LoadLoop(threading.Thread):
             connection.close()
 
 
-def test_replica_is_replaced_before_its_time_limit_with_zero_failed_requests(
+BOUNDARIES = 3
+
+
+def test_replicas_are_replaced_before_their_time_limit_with_zero_failed_requests(
     provisioner_env: ProvisionerEnv, settings: Any
 ) -> None:
     env = provisioner_env
     settings.OBLETH_PROVISIONER_DRAIN_SECS = 5
     model = env.deploy("e2e-handover", replicas=1, time_limit="3", handover_secs=120)
     env.passes_until(lambda: len(env.healthy(model)) == 1, timeout=120, what="first replica")
-    first = env.healthy(model)[0]
+    current = env.healthy(model)[0]
 
     key = keys.create_key("e2e-handover")
     load = LoadLoop("e2e-handover", key.secret)
     load.start()
     serving_samples: list[int] = []
+    handed: list[Replica] = []
     try:
+        for boundary in range(BOUNDARIES):
+            old_id = current.pk
 
-        def handed_over() -> bool:
-            serving_samples.append(
-                Endpoint.objects.filter(model=model, replica_id__isnull=False).count()
-            )
-            old = Replica.objects.filter(pk=first.pk).first()
-            return old is None or (
-                old.state == ReplicaState.DRAINING and old.drain_deadline is None
-            )
+            def handed_over(old_id: Any = old_id) -> bool:
+                serving_samples.append(
+                    Endpoint.objects.filter(model=model, replica_id__isnull=False).count()
+                )
+                old = Replica.objects.filter(pk=old_id).first()
+                return old is None or (
+                    old.state == ReplicaState.DRAINING and old.drain_deadline is None
+                )
 
-        env.passes_until(handed_over, timeout=200, interval=1.0, what="handover of the first")
-        # the successor serves; let the load run on it for a moment
-        time.sleep(3)
+            env.passes_until(
+                handed_over, timeout=240, interval=1.0, what=f"handover {boundary + 1}"
+            )
+            handed.append(current)
+            current = Replica.objects.get(successor_of=old_id)
+            assert current.state == ReplicaState.HEALTHY, current.last_message
+        time.sleep(2)  # the last successor serves the load for a moment
     finally:
         load.stop.set()
         load.join(timeout=30)
 
-    successor = Replica.objects.get(successor_of=first.pk)
-    assert successor.state == ReplicaState.HEALTHY, successor.last_message
     assert load.failures == [], load.failures[:5]
-    assert load.ok > 20, load.ok
-    # routing never went empty while the pass sampled it
+    assert load.ok > 20 * BOUNDARIES, load.ok
+    # routing never went empty while the passes sampled it
     assert min(serving_samples) >= 1, serving_samples
-    launch = Launch.objects.get(pk=first.pk)
-    # cancelled by the handover before Slurm's time limit, not ended by TIMEOUT
-    assert launch.end_state == "cancelled:handed-over", launch.end_state
-    assert successor.job_id in squeue(env.prefix)
+    for replica in handed:
+        launch = Launch.objects.get(pk=replica.pk)
+        # cancelled by the handover before Slurm's time limit, not ended by TIMEOUT
+        assert launch.end_state == "cancelled:handed-over", (launch.job_id, launch.end_state)
+    assert current.job_id in squeue(env.prefix)
     spec = ManagedSpec.objects.get(pk=model.pk)
     assert spec.handover_message == "", spec.handover_message
-    run_pass(dispatch="inline")
+    print(f"handover e2e: {BOUNDARIES} boundaries, {load.ok} requests ok, 0 failed")

@@ -552,9 +552,50 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
 ]
 
 
+EDGE_CASES: list[tuple[str, Snapshot, list[Action]]] = [
+    (
+        "scaled to 0 near its end: cancelled, no successor",
+        hsnap(
+            [hspec(target=0)],
+            replicas=[r(1, H, "101")],
+            jobs=[j("101", 1, ends_in=200)],
+            endpoints=[1],
+        ),
+        [
+            Cancel(
+                M,
+                rid(1),
+                "101",
+                CancelReason.SCALE_DOWN,
+                CANCEL_MESSAGES[CancelReason.SCALE_DOWN],
+                ep(1).id,
+            )
+        ],
+    ),
+    (
+        "old-spec replica near its end during a rollout: the rollout replaces it, no successor",
+        hsnap(
+            [hspec(target=1)],
+            replicas=[r(1, H, "101", spec_hash=OLD)],
+            jobs=[j("101", 1, ends_in=200)],
+            endpoints=[1],
+        ),
+        [
+            SetTransition(
+                M,
+                handover="",
+                rollout="rolling out the edited spec: 0 of 1 replica(s) on it serving, "
+                "1 starting; 1 of the previous spec still serving",
+            ),
+            sub(0, 8008),
+        ],
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("snapshot", "expected"),
-    [pytest.param(s, e, id=name) for name, s, e in HANDOVER_CASES + ROLLOUT_CASES],
+    [pytest.param(s, e, id=name) for name, s, e in HANDOVER_CASES + ROLLOUT_CASES + EDGE_CASES],
 )
 def test_plan(snapshot: Snapshot, expected: list[Action]) -> None:
     assert plan(snapshot) == expected
