@@ -175,12 +175,22 @@ def decide(
                 d.messages[r.id] = f"handing over: successor submitted; the job ends at {ends}"
             continue
         note = f"successor still {_successor_state(successor)}; the current replica ends at {ends}"
-        notes.append(note)
         d.messages[r.id] = note
+        if _late(successor, job, now, spec.handover_secs):
+            notes.append(note)  # the spec's banner: this handover may not make it in time
     d.handover = "; ".join(notes)[:MESSAGE_LIMIT]
 
     _rollout(spec, entries, d, retired, failed_launches, submit_block, drain_secs)
     return d
+
+
+def _late(successor: Entry, job: JobInfo | None, now: dt.datetime, handover_secs: int) -> bool:
+    """A successor worth the spec's banner: still queued by Slurm, or starting with less than
+    half of the handover window left (an ordinary handover that is starting says nothing)."""
+    if successor.job is None or successor.job.phase is JobPhase.PENDING:
+        return True
+    end = _end(job)
+    return end is None or handover_secs <= 0 or end - now.timestamp() <= handover_secs / 2
 
 
 def _end(job: JobInfo | None) -> int | None:

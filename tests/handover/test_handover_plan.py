@@ -40,6 +40,7 @@ from tests.provisioner.test_plan import (
     L,
     M,
     P,
+    S,
     ep,
     job,
     rep,
@@ -117,6 +118,10 @@ ROLLED = (
     "rolled out: replaced by a replica of the edited spec; draining in-flight requests for "
     f"up to {KNOBS.drain_secs} s, then its job is cancelled"
 )
+STARTING_NOTE = (
+    "successor still starting (not answering its health probe yet); the current replica ends "
+    "at {end} UTC"
+)
 PENDING_NOTE = "successor still pending (Resources); the current replica ends at 12:03 UTC"
 
 HANDOVER_CASES: list[tuple[str, Snapshot, list[Action]]] = [
@@ -144,6 +149,33 @@ HANDOVER_CASES: list[tuple[str, Snapshot, list[Action]]] = [
             msg(1, PENDING_NOTE),
             msg(2, "PENDING \u2014 Resources"),
             SetTransition(M, handover=PENDING_NOTE, rollout=""),
+        ],
+    ),
+    (
+        "successor starting, most of the window left: said on the replica only",
+        hsnap(
+            replicas=[
+                r(1, H, "101"),
+                r(2, S, "102", successor_of=rid(1), age=60, message="RUNNING", nodes=("gpu1",)),
+            ],
+            jobs=[j("101", 1, ends_in=200), j("102", 2)],
+            endpoints=[1],
+        ),
+        [msg(1, STARTING_NOTE.format(end="12:03"))],
+    ),
+    (
+        "successor starting with under half the window left: the spec's banner says so",
+        hsnap(
+            replicas=[
+                r(1, H, "101"),
+                r(2, S, "102", successor_of=rid(1), age=60, message="RUNNING", nodes=("gpu1",)),
+            ],
+            jobs=[j("101", 1, ends_in=100), j("102", 2)],
+            endpoints=[1],
+        ),
+        [
+            msg(1, STARTING_NOTE.format(end="12:01")),
+            SetTransition(M, handover=STARTING_NOTE.format(end="12:01"), rollout=""),
         ],
     ),
     (
