@@ -113,9 +113,9 @@ class ModelSpec:
     # What the model's page/API/gateway show now (ManagedSpec fields): the plan emits SetGuard
     # only when what it decides differs, so an unchanged state writes nothing.
     guard: GuardState = dataclasses.field(default_factory=GuardState)
-    # Fingerprint of the fields that change the job (provisioner/spec_hash.py); a replica whose
-    # spec_hash differs is rolled out make-before-break. "" = unknown (no rollout decided).
-    spec_hash: str = ""
+    # Fingerprint of the fields that change the job (provisioner/spec_fingerprint.py); a replica
+    # whose spec_fingerprint differs is rolled out make-before-break. "" = unknown (no rollout).
+    spec_fingerprint: str = ""
     # A serving replica whose job ends within this many seconds gets a successor (0 = never).
     handover_secs: int = 0
     # What the spec shows now (ManagedSpec.handover_message / rollout_message): the plan emits
@@ -148,7 +148,7 @@ class ReplicaView:
     successor_of: uuid.UUID | None = None
     # The spec fingerprint this replica's job was submitted with ("" = from before fingerprints:
     # taken as current, so an upgrade does not roll every model out).
-    spec_hash: str = ""
+    spec_fingerprint: str = ""
     # Set on a draining row that left routing but whose job still runs for in-flight requests:
     # its job is cancelled at this time. None: the job was already cancelled (plain draining).
     drain_deadline: dt.datetime | None = None

@@ -47,7 +47,7 @@ from provisioner.domain import (
 from provisioner.identity import identity_check_for, new_replica_key
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.errors import SlurmConfigError, SlurmRejected
-from provisioner.spec_hash import spec_hash
+from provisioner.spec_fingerprint import spec_fingerprint
 from provisioner.submission import build_submission, submission_record
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,9 @@ class Executor:
             else None
         )
         api_key = stored or new_replica_key()
-        fingerprint = spec_hash(spec)  # what this job is submitted with (rollout compares it)
+        fingerprint = spec_fingerprint(
+            spec
+        )  # what this job is submitted with (rollout compares it)
         identity_check = identity_check_for(spec.launcher_spec)
         submission = build_submission(
             spec=spec,
@@ -200,7 +202,7 @@ class Executor:
                     submitted_at=self.now(),
                     last_message="submitting",
                     updated_at=self.now(),
-                    spec_hash=fingerprint,
+                    spec_fingerprint=fingerprint,
                     **({} if stored else {"api_key": api_key, "identity_check": identity_check}),
                 )
                 if not updated:
@@ -218,7 +220,7 @@ class Executor:
                     last_message="submitting",
                     api_key=api_key,
                     identity_check=identity_check,
-                    spec_hash=fingerprint,
+                    spec_fingerprint=fingerprint,
                     successor_of=action.successor_of,
                 )
                 Launch.objects.create(id=action.replica_id, **launch_defaults)

@@ -38,7 +38,7 @@ from provisioner.probe import ProbeOutcome, ProbeTarget, probe_all
 from provisioner.resolve import NodeResolver
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.errors import SlurmError
-from provisioner.spec_hash import spec_hash
+from provisioner.spec_fingerprint import spec_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def replica_view(row: Replica, ended: tuple[str, int | None] | None = None) -> R
         end_state=end_state,
         exit_code=exit_code,
         successor_of=row.successor_of,
-        spec_hash=row.spec_hash,
+        spec_fingerprint=row.spec_fingerprint,
         drain_deadline=row.drain_deadline,
     )
 
@@ -356,7 +356,7 @@ def observe(
                     and spec.updated_at <= refused_at
                 ),
                 guard=GuardState(breaker=spec.breaker_message, storm=spec.storm_message),
-                spec_hash=spec_hash(spec),
+                spec_fingerprint=spec_fingerprint(spec),
                 handover_secs=handover_secs(
                     spec.handover_secs, start_to_serving.get(spec.model_id, [])
                 ),

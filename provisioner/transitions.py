@@ -11,10 +11,10 @@ endpoint leaves routing, in-flight requests get ``drain_secs``, then its job is 
 successor that has not started is reported ("successor still pending (Resources); the current
 replica ends at 14:05 UTC") and the old replica is kept to its end.
 
-Make-before-break. When the spec's fingerprint (``spec_hash``) differs from a live replica's, the
-model rolls out: replicas of the new spec are started first (one more than the target at a time),
-and an old serving replica is retired only while the serving count stays at or above the target;
-so the model never serves with fewer than ``min(target, serving before)`` replicas. Old replicas
+Make-before-break. When the spec's fingerprint (``spec_fingerprint``) differs from a live
+replica's, the model rolls out: replicas of the new spec are started first (one more than the
+target at a time), and an old serving replica is retired only while the serving count stays at
+or above the target; so the model never serves with fewer than ``min(target, serving before)`` replicas. Old replicas
 that do not serve yet are cancelled at once. A replica of the new spec that fails to start (a
 failed launch by ``is_failed_launch``) stops the rollout with the reason; the old replicas keep
 serving and count toward the target as usual. The rollout resumes when the spec is edited again
@@ -96,8 +96,8 @@ def handover_due(
     return job.end_time - now.timestamp() <= handover_secs
 
 
-def _current(r: ReplicaView, spec_hash: str) -> bool:
-    return r.spec_hash in ("", spec_hash)
+def _current(r: ReplicaView, spec_fingerprint: str) -> bool:
+    return r.spec_fingerprint in ("", spec_fingerprint)
 
 
 def _successor_state(e: Entry) -> str:
@@ -138,7 +138,7 @@ def decide(
 
     notes: list[str] = []
     retired: set[uuid.UUID] = set()
-    rolling = bool(spec.spec_hash) and spec.target_replicas > 0
+    rolling = bool(spec.spec_fingerprint) and spec.target_replicas > 0
     for e in entries:
         r, job = e.replica, e.job
         if r.id in d.uncounted or not e.serving:
@@ -160,7 +160,7 @@ def decide(
             continue
         if not handover_due(job, now, spec.handover_secs, signalled):
             continue
-        if rolling and not _current(r, spec.spec_hash):
+        if rolling and not _current(r, spec.spec_fingerprint):
             continue  # the rollout replaces it make-before-break (or it ends at its limit)
         ends = end_clock(_end(job))
         if successor is None:
@@ -207,16 +207,18 @@ def _rollout(
     drain_secs: int,
 ) -> None:
     target = max(spec.target_replicas, 0)
-    if not spec.spec_hash or target == 0:
+    if not spec.spec_fingerprint or target == 0:
         return
     counted = [e for e in entries if e.replica.id not in d.uncounted | retired]
-    old = [e for e in counted if not _current(e.replica, spec.spec_hash)]
+    old = [e for e in counted if not _current(e.replica, spec.spec_fingerprint)]
     if not old:
         return
-    new = [e for e in counted if _current(e.replica, spec.spec_hash)]
+    new = [e for e in counted if _current(e.replica, spec.spec_fingerprint)]
     old_serving = [e for e in old if e.serving]
     failed = [
-        r for r in failed_launches if r.spec_hash == spec.spec_hash and not _current_before(r, old)
+        r
+        for r in failed_launches
+        if r.spec_fingerprint == spec.spec_fingerprint and not _current_before(r, old)
     ]
     if failed:
         last = failed[-1].last_message or "its job ended"

@@ -419,9 +419,10 @@ class Replica(models.Model):
     healthy_at = models.DateTimeField(null=True, blank=True)
     # Walltime handover: the serving replica this one was submitted to replace before its end.
     successor_of = models.UUIDField(null=True, blank=True, editable=False)
-    # Fingerprint of the spec fields that shaped this replica's job (provisioner/spec_hash.py);
-    # a spec edit that changes it rolls the model out make-before-break. "" = before fingerprints.
-    spec_hash = models.CharField(max_length=64, blank=True, editable=False)
+    # Fingerprint of the spec fields that shaped this replica's job
+    # (provisioner/spec_fingerprint.py); a spec edit that changes it rolls the model out
+    # make-before-break. "" = from before fingerprints.
+    spec_fingerprint = models.CharField(max_length=64, blank=True, editable=False)
     # A handed-over replica out of routing whose job still runs for in-flight requests: its job
     # is cancelled at this time. Null: not draining that way.
     drain_deadline = models.DateTimeField(null=True, blank=True, editable=False)

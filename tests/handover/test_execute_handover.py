@@ -21,7 +21,7 @@ from provisioner.execute import Executor
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.fake import FakeNode, FakeSlurmrestd
 from provisioner.slurm.types import JobSubmission
-from provisioner.spec_hash import spec_hash
+from provisioner.spec_fingerprint import spec_fingerprint
 from tests.plugins.factories import make_endpoint, make_slurm_model
 
 TOKEN = "fake-slurm-token"
@@ -127,7 +127,7 @@ def test_submit_records_the_fingerprint_and_the_predecessor(executor: Any) -> No
     assert result.ok, result.detail
     row = Replica.objects.get(pk=new_id)
     assert row.successor_of == old.id
-    assert row.spec_hash == spec_hash(ManagedSpec.objects.get(pk=model.pk))
+    assert row.spec_fingerprint == spec_fingerprint(ManagedSpec.objects.get(pk=model.pk))
     assert row.job_id
 
 

@@ -57,14 +57,16 @@ OLD, NEW = "a" * 64, "b" * 64
 
 def hspec(target: int = 1, **kw: object) -> ModelSpec:
     kw.setdefault("handover_secs", HO)
-    kw.setdefault("spec_hash", NEW)
+    kw.setdefault("spec_fingerprint", NEW)
     return spec(target=target, **kw)
 
 
 def r(n: int, state=H, job_id: str = "", **kw: object) -> ReplicaView:  # type: ignore[no-untyped-def]
     """Replica n (healthy rows serve through endpoint n); extra fields via ``kw``."""
-    extra = {k: kw.pop(k) for k in ("successor_of", "spec_hash", "drain_deadline") if k in kw}
-    extra.setdefault("spec_hash", NEW)
+    extra = {
+        k: kw.pop(k) for k in ("successor_of", "spec_fingerprint", "drain_deadline") if k in kw
+    }
+    extra.setdefault("spec_fingerprint", NEW)
     if state is H and "endpoint" not in kw:
         kw["endpoint"] = ep(n).id
     return dataclasses.replace(rep(n, state, job_id, **kw), **extra)  # type: ignore[arg-type]
@@ -383,7 +385,10 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
         "spec edited, 2 serving: one replica of the new spec is started first",
         hsnap(
             [hspec(target=2)],
-            replicas=[r(1, H, "101", spec_hash=OLD), r(2, H, "102", port=8008, spec_hash=OLD)],
+            replicas=[
+                r(1, H, "101", spec_fingerprint=OLD),
+                r(2, H, "102", port=8008, spec_fingerprint=OLD),
+            ],
             jobs=[j("101", 1), j("102", 2)],
             endpoints=[1, 2],
         ),
@@ -408,8 +413,8 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
                 )
             ],
             replicas=[
-                r(1, H, "101", spec_hash=OLD),
-                r(2, H, "102", port=8008, spec_hash=OLD),
+                r(1, H, "101", spec_fingerprint=OLD),
+                r(2, H, "102", port=8008, spec_fingerprint=OLD),
                 r(3, P, "103", port=8016, age=60, message="PENDING"),
             ],
             jobs=[j("101", 1), j("102", 2), j("103", 3, PEND)],
@@ -422,8 +427,8 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
         hsnap(
             [hspec(target=2)],
             replicas=[
-                r(1, H, "101", spec_hash=OLD),
-                r(2, H, "102", port=8008, spec_hash=OLD),
+                r(1, H, "101", spec_fingerprint=OLD),
+                r(2, H, "102", port=8008, spec_fingerprint=OLD),
                 r(3, H, "103", port=8016, age=60),
             ],
             jobs=[j("101", 1), j("102", 2), j("103", 3)],
@@ -445,7 +450,7 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
         hsnap(
             [hspec(target=2)],
             replicas=[
-                r(2, H, "102", port=8008, spec_hash=OLD),
+                r(2, H, "102", port=8008, spec_fingerprint=OLD),
                 r(3, H, "103", port=8016, age=60),
                 r(4, H, "104", port=8000, age=30),
             ],
@@ -477,7 +482,7 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
         hsnap(
             [hspec(target=2)],
             replicas=[
-                r(1, H, "101", spec_hash=OLD),
+                r(1, H, "101", spec_fingerprint=OLD),
                 r(3, H, "103", port=8016, age=60),
                 r(4, P, "104", port=8008, age=30, message="PENDING"),
             ],
@@ -497,7 +502,7 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
         "an old replica that does not serve yet is cancelled at once",
         hsnap(
             [hspec(target=1)],
-            replicas=[r(1, P, "101", spec_hash=OLD, message="PENDING")],
+            replicas=[r(1, P, "101", spec_fingerprint=OLD, message="PENDING")],
             jobs=[j("101", 1, PEND)],
         ),
         [
@@ -516,8 +521,8 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
         hsnap(
             [hspec(target=2)],
             replicas=[
-                r(1, H, "101", spec_hash=OLD),
-                r(2, H, "102", port=8008, spec_hash=OLD),
+                r(1, H, "101", spec_fingerprint=OLD),
+                r(2, H, "102", port=8008, spec_fingerprint=OLD),
                 r(3, L, "103", port=8016, age=60, message="job ended: FAILED (NonZeroExitCode)"),
             ],
             jobs=[j("101", 1), j("102", 2)],
@@ -537,7 +542,7 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
         "a new replica failing in this pass stops the rollout at once",
         hsnap(
             [hspec(target=1)],
-            replicas=[r(1, H, "101", spec_hash=OLD), r(2, P, "102", port=8008, age=60)],
+            replicas=[r(1, H, "101", spec_fingerprint=OLD), r(2, P, "102", port=8008, age=60)],
             jobs=[j("101", 1), j("102", 2, GONE, state="FAILED")],
             endpoints=[1],
         ),
@@ -560,14 +565,14 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
     ),
     (
         "rows from before fingerprints (empty hash) are taken as current: no rollout",
-        hsnap(replicas=[r(1, H, "101", spec_hash="")], jobs=[j("101", 1)], endpoints=[1]),
+        hsnap(replicas=[r(1, H, "101", spec_fingerprint="")], jobs=[j("101", 1)], endpoints=[1]),
         [],
     ),
     (
         "submits held: the rollout waits and says why",
         hsnap(
             [hspec(target=1, hold_submits=True)],
-            replicas=[r(1, H, "101", spec_hash=OLD)],
+            replicas=[r(1, H, "101", spec_fingerprint=OLD)],
             jobs=[j("101", 1)],
             endpoints=[1],
         ),
@@ -608,7 +613,7 @@ EDGE_CASES: list[tuple[str, Snapshot, list[Action]]] = [
         "old-spec replica near its end during a rollout: the rollout replaces it, no successor",
         hsnap(
             [hspec(target=1)],
-            replicas=[r(1, H, "101", spec_hash=OLD)],
+            replicas=[r(1, H, "101", spec_fingerprint=OLD)],
             jobs=[j("101", 1, ends_in=200)],
             endpoints=[1],
         ),

@@ -63,7 +63,7 @@ class World:
         for r in self.replicas.values():
             job = self.jobs.get(r.job_id)
             if job is not None and job.phase is JobPhase.RUNNING:
-                ready = self.ages[r.id] >= 2 and not (self.fail_new and r.spec_hash == NEW)
+                ready = self.ages[r.id] >= 2 and not (self.fail_new and r.spec_fingerprint == NEW)
                 probes[r.id] = (r.port_base or 0) if ready else None
         return Snapshot(
             now=self.now,
@@ -88,7 +88,7 @@ class World:
                 self.jobs[r.job_id] = dataclasses.replace(
                     job, phase=JobPhase.RUNNING, state="RUNNING", nodes=("gpu1",)
                 )
-            elif self.fail_new and r.spec_hash == NEW and self.ages[r.id] >= 3:
+            elif self.fail_new and r.spec_fingerprint == NEW and self.ages[r.id] >= 3:
                 self.jobs[r.job_id] = dataclasses.replace(
                     job, phase=JobPhase.GONE, state="FAILED", reason="NonZeroExitCode"
                 )
@@ -109,7 +109,7 @@ class World:
                         job_id=job_id,
                         submitted_at=self.now - dt.timedelta(seconds=1),
                         port_base=a.port_base,
-                        spec_hash=self.spec.spec_hash,
+                        spec_fingerprint=self.spec.spec_fingerprint,
                         successor_of=a.successor_of,
                     )
                     self.ages[a.replica_id] = 0
@@ -176,7 +176,7 @@ class World:
 
 
 def _world(target: int) -> World:
-    spec = ModelSpec(M, "llama", True, target, serving_port=8000, spec_hash=OLD)
+    spec = ModelSpec(M, "llama", True, target, serving_port=8000, spec_fingerprint=OLD)
     w = World(spec=spec, replicas={}, jobs={}, endpoints={}, ages={})
     for _ in range(12):  # bring the old spec up
         w.apply(plan(w.snapshot()))  # type: ignore[arg-type]
@@ -188,7 +188,7 @@ def _world(target: int) -> World:
 @pytest.mark.parametrize("target", [1, 2, 3])
 def test_rollout_never_serves_fewer_than_before(target: int) -> None:
     w = _world(target)
-    w.spec = dataclasses.replace(w.spec, spec_hash=NEW)  # the operator edits the image
+    w.spec = dataclasses.replace(w.spec, spec_fingerprint=NEW)  # the operator edits the image
     samples = []
     for _ in range(60):
         w.apply(plan(w.snapshot()))  # type: ignore[arg-type]
@@ -196,7 +196,7 @@ def test_rollout_never_serves_fewer_than_before(target: int) -> None:
         w.tick()
     assert min(samples) >= target, samples
     live = [r for r in w.replicas.values() if r.state is ReplicaState.HEALTHY]
-    assert len(live) == target and all(r.spec_hash == NEW for r in live)
+    assert len(live) == target and all(r.spec_fingerprint == NEW for r in live)
     assert w.spec.rollout_message == ""
     assert not [r for r in w.replicas.values() if r.state is ReplicaState.DRAINING]
 
@@ -204,7 +204,7 @@ def test_rollout_never_serves_fewer_than_before(target: int) -> None:
 def test_failing_new_spec_stops_the_rollout_and_keeps_the_old_replicas() -> None:
     w = _world(2)
     w.fail_new = True
-    w.spec = dataclasses.replace(w.spec, spec_hash=NEW)
+    w.spec = dataclasses.replace(w.spec, spec_fingerprint=NEW)
     samples = []
     for _ in range(30):
         w.apply(plan(w.snapshot()))  # type: ignore[arg-type]
@@ -212,7 +212,7 @@ def test_failing_new_spec_stops_the_rollout_and_keeps_the_old_replicas() -> None
         w.tick()
     assert min(samples) >= 2, samples
     serving = [r for r in w.replicas.values() if r.state is ReplicaState.HEALTHY]
-    assert len(serving) == 2 and all(r.spec_hash == OLD for r in serving)
+    assert len(serving) == 2 and all(r.spec_fingerprint == OLD for r in serving)
     assert w.spec.rollout_message.startswith("rollout stopped: a replica of the edited spec"), (
         w.spec.rollout_message
     )

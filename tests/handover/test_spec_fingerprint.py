@@ -1,4 +1,5 @@
-"""The spec fingerprint (provisioner/spec_hash.py): job fields change it, routing fields never."""
+"""The spec fingerprint (provisioner/spec_fingerprint.py): job fields change it, routing
+fields never."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import uuid
 
 import pytest
 
-from provisioner.spec_hash import JOB_FIELDS, spec_fingerprint, spec_hash
+from provisioner.spec_fingerprint import JOB_FIELDS, fingerprint_of, spec_fingerprint
 
 BASE = {
     "partition": "gpu",
@@ -48,7 +49,7 @@ BASE = {
     ],
 )
 def test_a_job_field_changes_the_fingerprint(field: str, value: object) -> None:
-    assert spec_fingerprint({**BASE, field: value}) != spec_fingerprint(BASE)
+    assert fingerprint_of({**BASE, field: value}) != fingerprint_of(BASE)
 
 
 @pytest.mark.parametrize(
@@ -57,20 +58,20 @@ def test_a_job_field_changes_the_fingerprint(field: str, value: object) -> None:
 )
 def test_routing_and_counting_fields_do_not(field: str) -> None:
     assert field not in JOB_FIELDS
-    assert spec_fingerprint({**BASE, field: 42}) == spec_fingerprint(BASE)
+    assert fingerprint_of({**BASE, field: 42}) == fingerprint_of(BASE)
 
 
 def test_line_endings_and_surrounding_blanks_do_not_count() -> None:
     crlf = {**BASE, "script_body": "  #!/bin/bash\r\nexec vllm serve x\r\n"}
-    assert spec_fingerprint(crlf) == spec_fingerprint(BASE)
+    assert fingerprint_of(crlf) == fingerprint_of(BASE)
 
 
 def test_key_order_of_recipe_inputs_does_not_count() -> None:
     swapped = {**BASE, "launcher_spec": {"inputs": {"model": "x"}, "recipe_id": "r1"}}
-    assert spec_fingerprint(swapped) == spec_fingerprint(BASE)
+    assert fingerprint_of(swapped) == fingerprint_of(BASE)
 
 
-def test_spec_hash_reads_attributes_and_is_hex_sha256() -> None:
-    value = spec_hash(types.SimpleNamespace(**BASE))
-    assert value == spec_fingerprint(BASE)
+def test_spec_fingerprint_reads_attributes_and_is_hex_sha256() -> None:
+    value = spec_fingerprint(types.SimpleNamespace(**BASE))
+    assert value == fingerprint_of(BASE)
     assert len(value) == 64 and int(value, 16) >= 0
