@@ -13,12 +13,12 @@ replica ends at 14:05 UTC") and the old replica is kept to its end.
 
 Make-before-break. When the spec's fingerprint (``spec_fingerprint``) differs from a live
 replica's, the model rolls out: replicas of the new spec are started first (one more than the
-target at a time), and an old serving replica is retired only while the serving count stays at
-or above the target; so the model never serves with fewer than ``min(target, serving before)`` replicas. Old replicas
-that do not serve yet are cancelled at once. A replica of the new spec that fails to start (a
-failed launch by ``is_failed_launch``) stops the rollout with the reason; the old replicas keep
-serving and count toward the target as usual. The rollout resumes when the spec is edited again
-or the failed row passes its retention.
+target at a time), and an old serving replica is retired only while the serving count stays at or
+above the target; so the model never serves with fewer than ``min(target, serving before)``
+replicas. Old replicas that do not serve yet are cancelled at once. A replica of the new spec that
+fails to start (a failed launch by ``is_failed_launch``) stops the rollout with the reason; the old
+replicas keep serving and count toward the target as usual. The rollout resumes when the spec is
+edited again or the failed row passes its retention.
 """
 
 from __future__ import annotations
