@@ -256,6 +256,9 @@ class Promote:
     api_base: str  # http://<address>:<port>/v1
     endpoint_name: str
     endpoint_id: uuid.UUID | None = None  # an existing endpoint to reuse/fix, if any
+    # Slurm's start time of the job (epoch seconds), recorded in the launch history when the
+    # pass never saw the job starting: the measured job-start-to-serving time needs it.
+    job_started_at: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -323,6 +323,11 @@ class Executor:
             Endpoint.objects.filter(pk=endpoint.pk, replica_id=action.replica_id).delete()
             return "replica left the live states meanwhile; endpoint withdrawn"
         Launch.objects.filter(pk=action.replica_id, healthy_at__isnull=True).update(healthy_at=now)
+        if action.job_started_at is not None:  # promoted before a pass saw it starting
+            started = dt.datetime.fromtimestamp(action.job_started_at, tz=dt.UTC)
+            Launch.objects.filter(pk=action.replica_id, started_at__isnull=True).update(
+                started_at=min(started, now), nodes=action.node
+            )
         if self.warmup is not None:
             try:
                 self.warmup(

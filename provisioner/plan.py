@@ -1013,6 +1013,7 @@ def _promote(ps: _Pass, g: _Group, spec: ModelSpec, r: ReplicaView, node: str, p
         api_base=_api_base(address, port),
         endpoint_name=name,
         endpoint_id=reuse,
+        job_started_at=job.start_time if (job := ps.effective_job.get(r.id)) else None,
     )
 
 

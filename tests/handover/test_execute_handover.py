@@ -16,7 +16,15 @@ from django.utils import timezone
 
 from obleth.core.choices import ReplicaState
 from obleth.core.models import Endpoint, Launch, ManagedSpec, Model, Replica, SlurmSettings
-from provisioner.domain import Cancel, CancelReason, Knobs, Retire, SetTransition, Submit
+from provisioner.domain import (
+    Cancel,
+    CancelReason,
+    Knobs,
+    Promote,
+    Retire,
+    SetTransition,
+    Submit,
+)
 from provisioner.execute import Executor
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.fake import FakeNode, FakeSlurmrestd
@@ -141,3 +149,25 @@ def test_handover_secs_is_validated_on_write(executor: Any, api_client: Any) -> 
     answer = api_client.patch(url, {"handover_secs": 120}, format="json")
     assert answer.status_code == 200, answer.content
     assert ManagedSpec.objects.get(pk=model.pk).handover_secs == 120
+
+
+def test_promote_records_the_job_start_the_pass_never_saw(executor: Any) -> None:
+    run, _fake, model = executor
+    replica, _ = _serving(model)
+    Replica.objects.filter(pk=replica.pk).update(state=ReplicaState.PENDING, endpoint_id=None)
+    started = int(timezone.now().timestamp()) - 40
+    action = Promote(
+        model.pk,
+        replica.id,
+        "localhost",
+        "127.0.0.1",
+        18000,
+        "http://127.0.0.1:18000/v1",
+        f"ep-{replica.id}",
+        job_started_at=started,
+    )
+    [result] = run.run([action])
+    assert result.ok, result.detail
+    launch = Launch.objects.get(pk=replica.pk)
+    assert launch.started_at is not None and int(launch.started_at.timestamp()) == started
+    assert launch.healthy_at is not None and launch.healthy_at >= launch.started_at

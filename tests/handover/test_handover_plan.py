@@ -43,6 +43,7 @@ from tests.provisioner.test_plan import (
     S,
     ep,
     job,
+    promote,
     rep,
     rid,
     snap,
@@ -590,6 +591,17 @@ ROLLOUT_CASES: list[tuple[str, Snapshot, list[Action]]] = [
 
 
 EDGE_CASES: list[tuple[str, Snapshot, list[Action]]] = [
+    (
+        "promotion carries Slurm's job start (for the measured start-to-serving time)",
+        dataclasses.replace(
+            hsnap(
+                replicas=[r(1, P, "101", message="RUNNING")],
+                jobs=[dataclasses.replace(j("101", 1), start_time=EPOCH - 40)],
+            ),
+            probes={rid(1): 8000},
+        ),
+        [dataclasses.replace(promote(1), job_started_at=EPOCH - 40)],
+    ),
     (
         "scaled to 0 near its end: cancelled, no successor",
         hsnap(
