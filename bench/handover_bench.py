@@ -255,7 +255,8 @@ def main() -> int:
     failed = [f for load in loads for f in load.failed]
     latencies = [v for load in loads for v in load.latencies]
     print(f"boundaries crossed: {len(handed)} of {args.boundaries}")
-    print(f"successor submit -> job start (Slurm queue), s: {show(queue)}")
+    # Slurm records start times in whole seconds: a job started at once can read slightly < 0.
+    print(f"successor submit -> job start (Slurm queue, 1 s resolution), s: {show(queue)}")
     print(f"successor job start -> promoted (engine start + probe), s: {show(start)}")
     print(f"successor promoted -> old out of routing (next pass), s: {show(overlap)}")
     print(f"old replicas ended as: {', '.join(ends) or 'n/a'}")
