@@ -256,6 +256,9 @@ OBLETH_PROVISIONER_STORM_LOSSES = env_int("OBLETH_PROVISIONER_STORM_LOSSES", 10,
 OBLETH_PROVISIONER_STORM_WINDOW_SECS = env_int(
     "OBLETH_PROVISIONER_STORM_WINDOW_SECS", 600, minimum=1
 )
+# A replica handed over (walltime successor, spec rollout) leaves routing first; its job is
+# cancelled this many seconds later so in-flight streams can finish.
+OBLETH_PROVISIONER_DRAIN_SECS = env_int("OBLETH_PROVISIONER_DRAIN_SECS", 30, minimum=0)
 OBLETH_PROVISIONER_LOCK_TTL_SECS = env_int("OBLETH_PROVISIONER_LOCK_TTL_SECS", 120, minimum=5)
 OBLETH_PROVISIONER_DISPATCH = env_str("OBLETH_PROVISIONER_DISPATCH", "celery")  # celery | inline
 OBLETH_PORT_SPAN = env_int("OBLETH_PORT_SPAN", 8, minimum=1)

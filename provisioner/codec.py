@@ -24,6 +24,8 @@ ACTION_TYPES: dict[str, type[Any]] = {
         domain.DeleteEndpoint,
         domain.UpdateMessage,
         domain.SetGuard,
+        domain.Retire,
+        domain.SetTransition,
     )
 }
 
@@ -58,6 +60,8 @@ def _decode(hint: Any, value: Any) -> Any:
         return tuple(_decode(args[0], v) for v in value) if args else tuple(value)
     if hint is uuid.UUID:
         return uuid.UUID(value)
+    if hint is dt.datetime:
+        return dt.datetime.fromisoformat(value)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return hint(value)
     return value

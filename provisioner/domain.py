@@ -32,8 +32,10 @@ __all__ = [
     "Promote",
     "ReplicaState",
     "ReplicaView",
+    "Retire",
     "ServingLoss",
     "SetGuard",
+    "SetTransition",
     "Snapshot",
     "Submit",
     "UpdateMessage",
@@ -54,6 +56,9 @@ class CancelReason(enum.StrEnum):
     PROBE_FAILED = "probe-failed"  # zombie: the provisioner's own probe kept failing
     GATEWAY_UNHEALTHY = "gateway-unhealthy"  # zombie: the gateway's inference check failed
     DRAIN = "drain"  # model disabled, spec removed or model deleted
+    # handed over (walltime successor or rollout) and its drain bound passed
+    HANDED_OVER = "handed-over"
+    ROLLOUT = "rollout"  # a replica of the previous spec that did not serve yet
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,6 +76,9 @@ class Knobs:
     # within storm_window_secs slow its replacements down (backoff) and alert; never stop them.
     storm_losses: int = 10  # <= 0 disables the guard
     storm_window_secs: int = 600
+    # A replica handed over (walltime) or rolled out (spec edit) leaves routing first; its job is
+    # cancelled this long after, so in-flight streams can finish (OBLETH_PROVISIONER_DRAIN_SECS).
+    drain_secs: int = 30
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,6 +113,15 @@ class ModelSpec:
     # What the model's page/API/gateway show now (ManagedSpec fields): the plan emits SetGuard
     # only when what it decides differs, so an unchanged state writes nothing.
     guard: GuardState = dataclasses.field(default_factory=GuardState)
+    # Fingerprint of the fields that change the job (provisioner/spec_fingerprint.py); a replica
+    # whose spec_fingerprint differs is rolled out make-before-break. "" = unknown (no rollout).
+    spec_fingerprint: str = ""
+    # A serving replica whose job ends within this many seconds gets a successor (0 = never).
+    handover_secs: int = 0
+    # What the spec shows now (ManagedSpec.handover_message / rollout_message): the plan emits
+    # SetTransition only when what it decides differs.
+    handover_message: str = ""
+    rollout_message: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,6 +147,14 @@ class ReplicaView:
     # When it was marked lost (its job's end as the provisioner saw it); None on rows from before
     # the field (then the creation time stands in). Retention and the breaker count from here.
     lost_at: dt.datetime | None = None
+    # Walltime handover: the serving replica this one was submitted to replace before its end.
+    successor_of: uuid.UUID | None = None
+    # The spec fingerprint this replica's job was submitted with ("" = from before fingerprints:
+    # taken as current, so an upgrade does not roll every model out).
+    spec_fingerprint: str = ""
+    # Set on a draining row that left routing but whose job still runs for in-flight requests:
+    # its job is cancelled at this time. None: the job was already cancelled (plain draining).
+    drain_deadline: dt.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -191,6 +216,9 @@ class Snapshot:
     candidate_nodes: dict[uuid.UUID, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     # Ends of serving replicas already recorded, within the storm window (for the storm guard)
     serving_losses: tuple[ServingLoss, ...] = ()
+    # Replicas whose server announced it is draining (Slurm's warning signal before the job's end
+    # or a preemption reached it): handed over at once, as if their end were near.
+    drain_signals: frozenset[uuid.UUID] = frozenset()
 
 
 # ---------------------------------------------------------------------------------------- actions
@@ -210,6 +238,7 @@ class Submit:
     port_base: int
     excluded_nodes: tuple[str, ...] = ()
     existing: bool = False
+    successor_of: uuid.UUID | None = None  # walltime handover: the replica it replaces
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -233,6 +262,9 @@ class Promote:
     api_base: str  # http://<address>:<port>/v1
     endpoint_name: str
     endpoint_id: uuid.UUID | None = None  # an existing endpoint to reuse/fix, if any
+    # Slurm's start time of the job (epoch seconds), recorded in the launch history when the
+    # pass never saw the job starting: the measured job-start-to-serving time needs it.
+    job_started_at: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -259,6 +291,19 @@ class Cancel:
     replica_id: uuid.UUID
     job_id: str
     reason: CancelReason
+    message: str
+    endpoint_id: uuid.UUID | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Retire:
+    """Take a serving replica out of routing (delete its endpoint) and mark it draining with a
+    deadline; its job keeps running so in-flight requests finish, and is cancelled (``Cancel``)
+    once ``drain_deadline`` has passed or as soon as the job ends by itself."""
+
+    model_id: uuid.UUID
+    replica_id: uuid.UUID
+    drain_deadline: dt.datetime
     message: str
     endpoint_id: uuid.UUID | None = None
 
@@ -310,6 +355,15 @@ class SetGuard:
     storm_started: bool = False  # the storm guard engages in this pass (alert + WARNING)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetTransition:
+    """The model's walltime-handover or rollout sentence changed: record it on the spec."""
+
+    model_id: uuid.UUID
+    handover: str  # "" = no handover needs attention
+    rollout: str  # "" = no rollout in progress or stopped
+
+
 Action = (
     Submit
     | Adopt
@@ -321,4 +375,6 @@ Action = (
     | DeleteEndpoint
     | UpdateMessage
     | SetGuard
+    | Retire
+    | SetTransition
 )

@@ -39,7 +39,9 @@ from provisioner.domain import (
     Knobs,
     MarkLost,
     Promote,
+    Retire,
     SetGuard,
+    SetTransition,
     Submit,
     UpdateMessage,
 )
@@ -47,6 +49,7 @@ from provisioner.identity import identity_check_for, new_replica_key
 from provisioner.refusals import record_refusal
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.errors import SlurmConfigError, SlurmRejected
+from provisioner.spec_fingerprint import spec_fingerprint
 from provisioner.submission import build_submission, submission_record
 
 log = logging.getLogger(__name__)
@@ -139,6 +142,10 @@ class Executor:
                 return self.update(action)
             case SetGuard():
                 return self.set_guard(action)
+            case Retire():
+                return self.retire(action)
+            case SetTransition():
+                return self.set_transition(action)
         raise TypeError(f"unknown action {action!r}")
 
     # ------------------------------------------------------------------------------- submit
@@ -156,6 +163,9 @@ class Executor:
             else None
         )
         api_key = stored or new_replica_key()
+        fingerprint = spec_fingerprint(
+            spec
+        )  # what this job is submitted with (rollout compares it)
         identity_check = identity_check_for(spec.launcher_spec)
         submission = build_submission(
             spec=spec,
@@ -194,6 +204,7 @@ class Executor:
                     submitted_at=self.now(),
                     last_message="submitting",
                     updated_at=self.now(),
+                    spec_fingerprint=fingerprint,
                     **({} if stored else {"api_key": api_key, "identity_check": identity_check}),
                 )
                 if not updated:
@@ -211,6 +222,8 @@ class Executor:
                     last_message="submitting",
                     api_key=api_key,
                     identity_check=identity_check,
+                    spec_fingerprint=fingerprint,
+                    successor_of=action.successor_of,
                 )
                 Launch.objects.create(id=action.replica_id, **launch_defaults)
             if action.existing:
@@ -327,6 +340,11 @@ class Executor:
             message=f"serving on {action.node}:{action.port} ({action.api_base})",
             at=now,
         )
+        if action.job_started_at is not None:  # promoted before a pass saw it starting
+            started = dt.datetime.fromtimestamp(action.job_started_at, tz=dt.UTC)
+            Launch.objects.filter(pk=action.replica_id, started_at__isnull=True).update(
+                started_at=min(started, now), nodes=action.node
+            )
         if self.warmup is not None:
             try:
                 self.warmup(
@@ -402,6 +420,10 @@ class Executor:
                 updated_at=now,
             )
         )
+        # A handed-over row was already draining (out of routing): its drain is over now.
+        Replica.objects.filter(
+            pk=action.replica_id, state=ReplicaState.DRAINING, drain_deadline__isnull=False
+        ).update(drain_deadline=None, last_message=action.message[:500], updated_at=now)
         Launch.objects.filter(pk=action.replica_id, ended_at__isnull=True).update(
             ended_at=now, end_state=f"cancelled:{action.reason.value}"
         )
@@ -466,6 +488,36 @@ class Executor:
         elif before.get("storm_message") and not action.storm:
             log.info("model %s: replacement storm over; replacing at full speed", name)
         return action.breaker or action.storm or "guard cleared"
+
+    def retire(self, action: Retire) -> str:
+        """Out of routing first (the gateway stops sending it new requests), job kept running
+        until ``drain_deadline`` so in-flight streams finish; a later pass cancels it."""
+        if action.endpoint_id is not None:
+            Endpoint.objects.filter(pk=action.endpoint_id).delete()
+        updated = Replica.objects.filter(pk=action.replica_id, state=ReplicaState.HEALTHY).update(
+            state=ReplicaState.DRAINING,
+            drain_deadline=action.drain_deadline,
+            endpoint_id=None,
+            last_message=action.message[:500],
+            updated_at=self.now(),
+        )
+        if not updated:
+            return "not serving any more; nothing to retire"
+        log.info("replica %s handed over: %s", action.replica_id, action.message)
+        return action.message
+
+    def set_transition(self, action: SetTransition) -> str:
+        """Record the model's handover and rollout sentences (the API and model page show them)."""
+        spec = self.specs.get(action.model_id)
+        name = spec.model.name if spec is not None else str(action.model_id)
+        ManagedSpec.objects.filter(pk=action.model_id).update(
+            handover_message=action.handover, rollout_message=action.rollout
+        )
+        if action.rollout.startswith("rollout stopped"):
+            log.warning("model %s: %s", name, action.rollout)
+        elif action.handover:
+            log.info("model %s: %s", name, action.handover)
+        return action.handover or action.rollout or "transition cleared"
 
     def cancel_orphan(self, action: CancelOrphan) -> str:
         self.client.cancel(action.job_id)

@@ -31,12 +31,14 @@ from provisioner.domain import (
     ServingLoss,
     Snapshot,
 )
+from provisioner.handover_window import handover_secs, measured_start_to_serving
 from provisioner.identity import IdentityProof, probe_identity
 from provisioner.plan import mass_vanish
 from provisioner.probe import ProbeOutcome, ProbeTarget, probe_all
 from provisioner.resolve import NodeResolver
 from provisioner.slurm.client import SlurmClient
 from provisioner.slurm.errors import SlurmError
+from provisioner.spec_fingerprint import spec_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,9 @@ def replica_view(row: Replica, ended: tuple[str, int | None] | None = None) -> R
         end_state=end_state,
         exit_code=exit_code,
         lost_at=row.lost_at,
+        successor_of=row.successor_of,
+        spec_fingerprint=row.spec_fingerprint,
+        drain_deadline=row.drain_deadline,
     )
 
 
@@ -121,6 +126,7 @@ def knobs_from_settings() -> Knobs:
         job_prefix=settings.OBLETH_PROVISIONER_JOB_PREFIX,
         storm_losses=settings.OBLETH_PROVISIONER_STORM_LOSSES,
         storm_window_secs=settings.OBLETH_PROVISIONER_STORM_WINDOW_SECS,
+        drain_secs=settings.OBLETH_PROVISIONER_DRAIN_SECS,
     )
 
 
@@ -312,6 +318,9 @@ def observe(
             if knobs.storm_losses > 0
             else ()
         )
+        start_to_serving = measured_start_to_serving(
+            spec.model_id for spec in spec_rows if spec.handover_secs is None
+        )
     except DatabaseError as exc:
         raise HoldPass(f"database read failed; holding: {exc}") from exc
 
@@ -349,6 +358,12 @@ def observe(
                     and spec.updated_at <= refused_at
                 ),
                 guard=GuardState(breaker=spec.breaker_message, storm=spec.storm_message),
+                spec_fingerprint=spec_fingerprint(spec),
+                handover_secs=handover_secs(
+                    spec.handover_secs, start_to_serving.get(spec.model_id, [])
+                ),
+                handover_message=spec.handover_message,
+                rollout_message=spec.rollout_message,
             )
         )
     known = {s.model_id for s in model_specs}

@@ -65,11 +65,14 @@ from provisioner.domain import (
     Promote,
     ReplicaState,
     ReplicaView,
+    Retire,
     SetGuard,
+    SetTransition,
     Snapshot,
     Submit,
     UpdateMessage,
 )
+from provisioner.transitions import ROLLOUT_SURGE, Entry, decide
 
 __all__ = [
     "FAILURE_STATES",
@@ -100,6 +103,8 @@ CANCEL_MESSAGES: dict[CancelReason, str] = {
     CancelReason.OPERATOR_RESTART: "restart requested",
     CancelReason.PROBE_FAILED: "restarting: failed health probes while job running",
     CancelReason.DRAIN: "draining: the model is no longer provisioned",
+    CancelReason.HANDED_OVER: "handed over: drain bound passed, job cancelled",
+    CancelReason.ROLLOUT: "rolled out: replaced by the edited spec before it served",
 }
 
 # Slurm end states that are a failed launch even after the replica served.
@@ -330,6 +335,7 @@ class _Group:
     spec: ModelSpec | None  # None: drain group
     replicas: list[ReplicaView] = dataclasses.field(default_factory=list)
     delete_endpoints: list[DeleteEndpoint] = dataclasses.field(default_factory=list)
+    retires: list[Retire] = dataclasses.field(default_factory=list)
     cancels: list[Cancel] = dataclasses.field(default_factory=list)
     mark_losts: list[MarkLost] = dataclasses.field(default_factory=list)
     delete_replicas: list[DeleteReplica] = dataclasses.field(default_factory=list)
@@ -338,10 +344,12 @@ class _Group:
     updates: dict[uuid.UUID, _Update] = dataclasses.field(default_factory=dict)
     submits: list[Submit] = dataclasses.field(default_factory=list)
     guard: SetGuard | None = None
+    transition: SetTransition | None = None
 
     def actions(self) -> list[Action]:
         out: list[Action] = []
         out.extend(self.delete_endpoints)
+        out.extend(self.retires)
         out.extend(self.cancels)
         out.extend(self.mark_losts)
         out.extend(self.delete_replicas)
@@ -362,6 +370,8 @@ class _Group:
             )
         if self.guard is not None:
             out.append(self.guard)
+        if self.transition is not None:
+            out.append(self.transition)
         out.extend(self.submits)
         return out
 
@@ -541,6 +551,9 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                 g.delete_replicas.append(DeleteReplica(r.model_id, r.id, why="drained: job ended"))
                 ps.ended.add(r.id)
                 _release_window(ps, r)
+            elif r.drain_deadline is not None and s.now >= r.drain_deadline and job_id:
+                # Handed over: out of routing since Retire; in-flight requests had their bound.
+                _cancel(ps, g, r, job_id, CancelReason.HANDED_OVER, None)
             continue
 
         if not job_id:
@@ -645,7 +658,18 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
     if spec is not None:
         storm_hold = _plan_guard(ps, g, spec, breaker, failures, last_failure)
 
-    surplus = len(alive) - target
+    # ---- walltime handover and make-before-break rollout (provisioner/transitions.py)
+    uncounted: list[_Alive] = []
+    rollout_active = False
+    successors_for: list[ReplicaView] = []
+    rollout_submits = 0
+    if spec is not None:
+        block = _submit_block(spec, breaker, failures, storm_hold)
+        alive, uncounted, rollout_active, successors_for, rollout_submits = _plan_transitions(
+            ps, g, spec, alive, block, failed_now
+        )
+
+    surplus = len(alive) - target if not rollout_active else 0
     if surplus > 0:
         reason = CancelReason.SCALE_DOWN if spec is not None else CancelReason.DRAIN
         ordered = sorted(alive, key=lambda a: (a.rank, a.replica.created_at, a.replica.id.hex))
@@ -664,8 +688,10 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
 
     if spec is None:
         return
+    # A replica cancelled above (scale-down) needs no successor.
+    successors_for = [r for r in successors_for if r.id not in ps.ended]
 
-    for a in alive:
+    for a in alive + uncounted:
         if a.kind is not _Kind.RESUBMIT:
             continue
         r = a.replica
@@ -698,27 +724,131 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             )
         )
 
-    missing = target - len(alive)
-    if missing > 0 and not breaker and not spec.hold_submits and not storm_hold:
-        excluded = _excluded_nodes(ps, spec, failed_nodes)
-        for index in range(missing):
-            replica_id = new_replica_id(spec.model_id, s.now, index)
-            taken = ps.taken_windows.setdefault(spec.model_id, [])
-            port_base = next_free_window(
-                spec.serving_port, k.port_span, taken, spec.target_replicas
+    missing = rollout_submits if rollout_active else target - len(alive)
+    if breaker or spec.hold_submits or storm_hold:
+        return
+    excluded = _excluded_nodes(ps, spec, failed_nodes)
+    # Successors and a rollout's new replicas run beside the replicas they replace: the model's
+    # port range grows by as many windows as there are replicas beyond the target.
+    windows = spec.target_replicas + len(uncounted) + len(successors_for) + ROLLOUT_SURGE
+    wanted: list[uuid.UUID | None] = [None] * max(missing, 0)
+    wanted += [r.id for r in successors_for]
+    taken = ps.taken_windows.setdefault(spec.model_id, [])
+    for index, successor_of in enumerate(wanted):
+        replica_id = new_replica_id(spec.model_id, s.now, index)
+        port_base = next_free_window(
+            spec.serving_port,
+            k.port_span,
+            taken,
+            spec.target_replicas if successor_of is None and not rollout_active else windows,
+        )
+        if port_base is None:
+            continue  # every window of the model's range is in use: wait for one to free
+        taken.append(port_base)
+        g.submits.append(
+            Submit(
+                model_id=spec.model_id,
+                replica_id=replica_id,
+                job_name=job_name_for(k.job_prefix, spec.model_name, replica_id),
+                port_base=port_base,
+                excluded_nodes=excluded,
+                successor_of=successor_of,
             )
-            if port_base is None:
-                break  # every window of the model's range is in use: wait for one to free
-            taken.append(port_base)
-            g.submits.append(
-                Submit(
-                    model_id=spec.model_id,
-                    replica_id=replica_id,
-                    job_name=job_name_for(k.job_prefix, spec.model_name, replica_id),
-                    port_base=port_base,
-                    excluded_nodes=excluded,
-                )
+        )
+
+
+def _submit_block(spec: ModelSpec, breaker: bool, failures: int, storm_hold: bool) -> str:
+    """Why no new replica may be submitted for the model in this pass ("" = they may)."""
+    if breaker:
+        return f"stopped after {failures} failed launches"
+    if spec.hold_submits:
+        return "Slurm refused a submit moments ago"
+    if storm_hold:
+        return "replacement storm backoff"
+    return ""
+
+
+def _plan_transitions(
+    ps: _Pass,
+    g: _Group,
+    spec: ModelSpec,
+    alive: list[_Alive],
+    block: str,
+    failed_now: Sequence[MarkLost],
+) -> tuple[list[_Alive], list[_Alive], bool, list[ReplicaView], int]:
+    """Apply ``transitions.decide``: retire, drop, annotate, record the spec's sentences.
+
+    Returns (counted alive, uncounted successors, rollout active, successors to submit for,
+    rollout submits)."""
+    s = ps.s
+    entries = [
+        Entry(
+            replica=a.replica,
+            job=ps.effective_job.get(a.replica.id),
+            serving=a.rank == _RANK_SERVING
+            and a.endpoint_id is not None
+            and a.replica.id not in g.promotes,
+        )
+        for a in alive
+    ]
+    lost_now = {m.replica_id: m for m in failed_now}
+    failed = [
+        r
+        for r in g.replicas
+        if r.state is ReplicaState.LOST
+        and r.id not in ps.ended
+        and is_failed_launch(r.end_state, r.served, r.exit_code)
+    ]
+    failed += [
+        dataclasses.replace(r, state=ReplicaState.LOST, last_message=lost_now[r.id].message)
+        for r in g.replicas
+        if r.id in lost_now
+    ]
+    d = decide(
+        spec,
+        entries,
+        now=s.now,
+        drain_secs=ps.k.drain_secs,
+        drain_signals=s.drain_signals,
+        failed_launches=failed,
+        submit_block=block,
+    )
+    by_id = {a.replica.id: a for a in alive}
+    for r, message in d.retire:
+        a = by_id[r.id]
+        g.retires.append(
+            Retire(
+                model_id=r.model_id,
+                replica_id=r.id,
+                drain_deadline=s.now + dt.timedelta(seconds=max(ps.k.drain_secs, 0)),
+                message=message,
+                endpoint_id=a.endpoint_id,
             )
+        )
+        if ps.k.port_span > 1:  # like a cancelled row's: its window can be shared (see _Pass)
+            _release_window(ps, r)
+        _ended(ps, g, r.id, a.endpoint_id)
+    for r in d.drop:
+        a = by_id[r.id]
+        if a.kind is _Kind.RESUBMIT:
+            why = "rolled out before its job was submitted"
+            g.delete_replicas.append(DeleteReplica(r.model_id, r.id, why=why))
+            ps.ended.add(r.id)
+            _release_window(ps, r)
+        elif a.kind is _Kind.JOB:
+            _cancel(ps, g, r, a.job_id, CancelReason.ROLLOUT, a.endpoint_id)
+        # _Kind.UNLISTED: its job id is not known yet; the next pass cancels it.
+    for replica_id, message in d.messages.items():
+        if replica_id in ps.ended:
+            continue
+        update = g.updates.setdefault(replica_id, _Update())
+        update.message = None if by_id[replica_id].replica.last_message == message else message
+    if (d.handover, d.rollout) != (spec.handover_message, spec.rollout_message):
+        g.transition = SetTransition(spec.model_id, handover=d.handover, rollout=d.rollout)
+    gone = {r.id for r, _ in d.retire} | {r.id for r in d.drop}
+    counted = [a for a in alive if a.replica.id not in gone and a.replica.id not in d.uncounted]
+    extra = [a for a in alive if a.replica.id in d.uncounted and a.replica.id not in gone]
+    return counted, extra, d.rollout_active, d.successors_for, d.rollout_submits
 
 
 def _plan_guard(
@@ -897,6 +1027,7 @@ def _promote(ps: _Pass, g: _Group, spec: ModelSpec, r: ReplicaView, node: str, p
         api_base=_api_base(address, port),
         endpoint_name=name,
         endpoint_id=reuse,
+        job_started_at=job.start_time if (job := ps.effective_job.get(r.id)) else None,
     )
 
 

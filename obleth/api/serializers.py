@@ -375,6 +375,17 @@ class ManagedSpecSerializer(StrictFieldsMixin, serializers.ModelSerializer[Manag
     recipe = serializers.PrimaryKeyRelatedField(
         queryset=Recipe.objects.all(), required=False, allow_null=True
     )
+    handover_secs = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=v.MAX_HANDOVER_SECS,
+        error_messages={
+            "min_value": "handover_secs: use 0 (no walltime handover) or more seconds.",
+            "max_value": f"handover_secs: use at most {v.MAX_HANDOVER_SECS} seconds.",
+        },
+        help_text="Seconds before a job's time limit its successor starts; empty: measured.",
+    )
 
     class Meta:
         model = ManagedSpec
@@ -410,9 +421,14 @@ class ManagedSpecSerializer(StrictFieldsMixin, serializers.ModelSerializer[Manag
             "breaker_tripped_at",
             "storm_message",
             "storm_since",
+            "handover_secs",
+            "handover_message",
+            "rollout_message",
             "created_at",
             "updated_at",
         ]
+        # handover_message: a walltime handover that needs attention (successor still pending);
+        # rollout_message: a make-before-break rollout in progress or stopped ("" = none).
         # breaker_message: why the provisioner stopped launching ("" = it did not), with how to
         # resume; storm_message: replacements slowed by the storm guard ("" = no storm).
         read_only_fields = [
@@ -422,6 +438,8 @@ class ManagedSpecSerializer(StrictFieldsMixin, serializers.ModelSerializer[Manag
             "breaker_tripped_at",
             "storm_message",
             "storm_since",
+            "handover_message",
+            "rollout_message",
             "created_at",
             "updated_at",
         ]

@@ -341,6 +341,19 @@ class ManagedSpec(TimestampedModel):
     breaker_tripped_at = models.DateTimeField(null=True, blank=True, editable=False)
     storm_message = models.TextField(blank=True, editable=False)
     storm_since = models.DateTimeField(null=True, blank=True, editable=False)
+    # Walltime handover: a serving replica whose job ends within this many seconds gets a
+    # successor. Empty: twice the model's measured job-start-to-serving time, at least 5 minutes
+    # (provisioner/handover_window.py). 0 turns handover off.
+    handover_secs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(v.MAX_HANDOVER_SECS)],
+        help_text="Seconds before a job's time limit to start its successor (empty: measured).",
+    )
+    # Written by the provisioner (provisioner/transitions.py decides): a handover that needs
+    # attention (successor still pending...) and the make-before-break rollout. "" = none.
+    handover_message = models.TextField(blank=True, editable=False)
+    rollout_message = models.TextField(blank=True, editable=False)
 
     class Meta:
         verbose_name = "managed spec"
@@ -411,6 +424,15 @@ class Replica(models.Model):
     # When it was marked lost (its job ended or vanished): retention and the failed-launch
     # breaker's window count from here, not from the row's creation.
     lost_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Walltime handover: the serving replica this one was submitted to replace before its end.
+    successor_of = models.UUIDField(null=True, blank=True, editable=False)
+    # Fingerprint of the spec fields that shaped this replica's job
+    # (provisioner/spec_fingerprint.py); a spec edit that changes it rolls the model out
+    # make-before-break. "" = from before fingerprints.
+    spec_fingerprint = models.CharField(max_length=64, blank=True, editable=False)
+    # A handed-over replica out of routing whose job still runs for in-flight requests: its job
+    # is cancelled at this time. Null: not draining that way.
+    drain_deadline = models.DateTimeField(null=True, blank=True, editable=False)
     # The replica's own secret: its job gets it in the environment (OBLETH_REPLICA_API_KEY), its
     # engine demands it, the probe proves the port is ours with it and the endpoint sends it.
     # Generated when the row is written; never shown or logged.

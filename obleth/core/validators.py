@@ -44,6 +44,7 @@ MAX_NODES = 10_000
 MAX_CPUS_PER_TASK = 10_000
 MAX_REPLICAS = 1_000
 MAX_JOB_FAILURES = 1_000_000
+MAX_HANDOVER_SECS = 7 * 24 * 3600  # a week: longer than any walltime worth handing over
 MAX_TIME_LIMIT_DAYS = 365
 MAX_MEMORY_MB = 64 * 1024 * 1024  # 64 TiB: more than any node has
 MAX_GRES_COUNT = 1_024

@@ -32,7 +32,9 @@ class JobInfo:
     partition: str = ""
     submit_time: int | None = None  # epoch seconds
     start_time: int | None = None
-    end_time: int | None = None
+    end_time: int | None = None  # epoch seconds; for a running job, when its time limit ends
+    time_limit_minutes: int | None = None  # None: unknown or UNLIMITED
+    time_unlimited: bool = False  # the job's time limit is UNLIMITED/INFINITE
     restart_count: int = 0
     exit_code: int | None = None  # raw wait status as Slurm reports it
 

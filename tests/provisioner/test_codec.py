@@ -8,6 +8,7 @@ between, as Celery's JSON serializer does, and must come back equal, with the sa
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import typing
 import uuid
@@ -57,6 +58,15 @@ SAMPLES: list[domain.Action] = [
     ),
     domain.SetGuard(M, "Stopped launching replicas after 3 failed launches.", "", tripped=True),
     domain.SetGuard(M, "", "Replacement storm: ...", storm_started=True),
+    Submit(M, R, "obleth-chat-aaaaaaaabbbb", 18016, successor_of=E),
+    domain.Retire(
+        M,
+        R,
+        dt.datetime(2026, 12, 1, 10, 0, 30, tzinfo=dt.UTC),
+        "handed over to replica 99999999",
+        endpoint_id=E,
+    ),
+    domain.SetTransition(M, "successor still pending (Resources)", ""),
     *[Cancel(M, R, "77", reason, f"cancel for {reason.value}") for reason in CancelReason],
     Cancel(M, R, "", CancelReason.DRAIN, "drain", endpoint_id=E),
     CancelOrphan("31337", "obleth-ghost-000000000000"),

@@ -325,6 +325,13 @@ class SlurmAdapter:
     def exit_code(self, record: Mapping[str, Any]) -> int | None:
         return number(record.get("exit_code"))
 
+    def time_unlimited(self, value: object) -> bool:
+        """UNLIMITED is ``{"infinite": true}`` from v0.0.40 and INFINITE (0xFFFFFFFF) before."""
+        if is_infinite(value):
+            return True
+        raw = value.get("number") if isinstance(value, Mapping) else value
+        return isinstance(raw, int) and not isinstance(raw, bool) and raw == 0xFFFFFFFF
+
     def _time(self, value: object) -> int | None:
         found = number(value)
         return found if found else None
@@ -359,6 +366,8 @@ class SlurmAdapter:
             submit_time=self._time(record.get("submit_time")),
             start_time=self._time(record.get("start_time")),
             end_time=self._time(record.get("end_time")),
+            time_limit_minutes=number(record.get("time_limit")),
+            time_unlimited=self.time_unlimited(record.get("time_limit")),
             restart_count=number(record.get("restart_cnt")) or 0,
             exit_code=self.exit_code(record),
         )
