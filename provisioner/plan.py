@@ -408,13 +408,14 @@ class _Pass:
             if snapshot.knobs.port_span > 1
             else (ReplicaState.LOST,)
         )
-        # Per model: a model's replicas never share a window, but models may (two models from
-        # one recipe have the same serving_port): on a shared node each server takes a free port
-        # of the window and the probe proves which one is whose by the replica key.
-        self.taken_windows: dict[uuid.UUID, list[int]] = {}
-        for r in snapshot.replicas:
-            if r.port_base is not None and r.state not in free_states:
-                self.taken_windows.setdefault(r.model_id, []).append(r.port_base)
+        # Across models: two servers starting at once in one window of a shared node would race
+        # for its first port. Models deployed from one recipe get distinct ranges when deployed
+        # (obleth.core.ports.first_free_range); ranges an operator overlaps wait, with a message.
+        self.taken_windows: list[int] = [
+            r.port_base
+            for r in snapshot.replicas
+            if r.port_base is not None and r.state not in free_states
+        ]
 
     # endpoint helpers ---------------------------------------------------------------------
     def endpoint_known(self, endpoint_id: uuid.UUID | None) -> uuid.UUID | None:
@@ -704,7 +705,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             continue
         port_base = r.port_base
         if port_base is None:
-            taken = ps.taken_windows.setdefault(spec.model_id, [])
+            taken = ps.taken_windows
             port_base = next_free_window(
                 spec.serving_port, k.port_span, taken, spec.target_replicas
             )
@@ -733,7 +734,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
     windows = spec.target_replicas + len(uncounted) + len(successors_for) + ROLLOUT_SURGE
     wanted: list[uuid.UUID | None] = [None] * max(missing, 0)
     wanted += [r.id for r in successors_for]
-    taken = ps.taken_windows.setdefault(spec.model_id, [])
+    taken = ps.taken_windows
     for index, successor_of in enumerate(wanted):
         replica_id = new_replica_id(spec.model_id, s.now, index)
         port_base = next_free_window(
@@ -933,7 +934,7 @@ def _mark_lost(
 def _release_window(ps: _Pass, r: ReplicaView) -> None:
     """Its job has ended: nothing of it listens any more, so its window is free for a
     replacement in this same pass (windows are bounded: see ``next_free_window``)."""
-    taken = ps.taken_windows.get(r.model_id, [])
+    taken = ps.taken_windows
     if r.port_base is not None and r.port_base in taken:
         taken.remove(r.port_base)
 

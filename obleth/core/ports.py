@@ -9,7 +9,7 @@ window in it is taken, its replacement waits. Pure: no Django, no settings.
 
 from __future__ import annotations
 
-__all__ = ["MAX_PORT", "window_bases", "window_range_error"]
+__all__ = ["MAX_PORT", "first_free_range", "model_range", "window_bases", "window_range_error"]
 
 MAX_PORT = 65535
 
@@ -42,3 +42,28 @@ def window_range_error(serving_port: int, replicas: int, span: int) -> str | Non
         f"({max(replicas, 1)} windows of OBLETH_PORT_SPAN={span} ports), past 65535: "
         f"{lower}{fewer}."
     )
+
+
+def model_range(serving_port: int, replicas: int, span: int, spare: int = 1) -> tuple[int, int]:
+    """The ports a model may use: its windows, plus ``spare`` windows for successors and
+    rollouts that run beside the replicas they replace (first, last)."""
+    span = max(span, 1)
+    return serving_port, serving_port + (max(replicas, 1) + spare) * span - 1
+
+
+def first_free_range(
+    start: int, replicas: int, span: int, taken: list[tuple[int, int]], spare: int = 1
+) -> int | None:
+    """The lowest serving_port from ``start`` whose range overlaps none of ``taken`` (other
+    models' ranges), or None when none fits below 65536. Two models deployed from one recipe
+    would otherwise share windows, and their servers starting at once on a node would race for
+    the same first port."""
+    port = max(start, 1)
+    while True:
+        first, last = model_range(port, replicas, span, spare)
+        if last > MAX_PORT:
+            return None
+        clash = [t_last for t_first, t_last in taken if t_first <= last and first <= t_last]
+        if not clash:
+            return port
+        port = max(clash) + 1

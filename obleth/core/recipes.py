@@ -1543,6 +1543,23 @@ def deploy(
     return model
 
 
+def _free_serving_port(start: int, replicas: int, model_name: str) -> int | None:
+    """The first serving_port from the recipe's whose range no other model's overlaps."""
+    from django.conf import settings
+
+    from obleth.core.models import ManagedSpec
+    from obleth.core.ports import first_free_range, model_range
+
+    span = int(settings.OBLETH_PORT_SPAN)
+    taken = [
+        model_range(port, count, span)
+        for port, count in ManagedSpec.objects.exclude(model__name=model_name).values_list(
+            "serving_port", "target_replicas"
+        )
+    ]
+    return first_free_range(start, replicas, span, taken)
+
+
 def save_deploy(model: Model, spec: ManagedSpec) -> None:
     """Save what :func:`prepare_deploy` built, atomically; a taken name is a ValidationError."""
     from obleth.core.models import Model as ModelRow
@@ -1678,6 +1695,14 @@ def prepare_deploy(
             continue
         values[key], sources[key] = value, "override"
     warnings = list(parsed.warnings) + lift_warnings
+    if sources.get("serving_port") == "recipe":
+        moved = _free_serving_port(values["serving_port"], values["target_replicas"], model_name)
+        if moved is not None and moved != values["serving_port"]:
+            warnings.append(
+                f"serving_port {values['serving_port']} (the recipe's) is in use by another "
+                f"model's port range; this model gets {moved}."
+            )
+            values["serving_port"], sources["serving_port"] = moved, "free range"
     if "chdir" in lifted:
         warnings.append(
             f"`--chdir={lifted['chdir']}` (not applied: add `cd {lifted['chdir']}` to the script)"

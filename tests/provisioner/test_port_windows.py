@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,17 +133,51 @@ def _snap(specs: list[ModelSpec], replicas: list[Any], span: int = 8) -> Snapsho
     )
 
 
-def test_models_with_the_same_serving_port_share_the_range() -> None:
-    """Two models deployed from one recipe have the same serving_port: model 2 holding 8000 and
-    8008 does not stop model 1 (on a shared node each server takes a free port of the window and
-    the probe proves whose it is by the replica key); model 1 stays inside 8000-8015."""
+def test_scale_up_stops_at_the_range_when_another_model_holds_it() -> None:
+    """Model 2 (serving_port 8000, 2 replicas) holds model 1's windows: model 1 submits nothing
+    rather than going above 8015 (two servers starting at once in one window of a shared node
+    would race for its first port). Deploys give models from one recipe distinct ranges."""
     other = [
         _row(1, 8000, ReplicaState.PENDING, model=M2, submitted_at=NOW),
         _row(2, 8008, ReplicaState.PENDING, model=M2, submitted_at=NOW),
     ]
     actions = plan(_snap([ModelSpec(M, "m", True, 2, serving_port=8000)], other))
-    bases = sorted(a.port_base for a in actions if isinstance(a, Submit) and a.model_id == M)
-    assert bases == [8000, 8008]
+    assert [a for a in actions if isinstance(a, Submit) and a.model_id == M] == []
+
+
+@pytest.mark.parametrize(
+    ("start", "replicas", "taken", "expected"),
+    [
+        (8000, 2, [], 8000),
+        (8000, 2, [(8000, 8023)], 8024),  # another model from the same recipe
+        (8000, 1, [(8000, 8015), (8016, 8031)], 8032),
+        (8000, 2, [(9000, 9100)], 8000),  # no overlap
+        (8000, 2, [(8020, 8030)], 8031),  # a partial overlap moves past it
+        (65500, 2, [(65500, 65535)], None),  # nothing fits below 65536
+    ],
+)
+def test_first_free_range(
+    start: int, replicas: int, taken: list[tuple[int, int]], expected: int | None
+) -> None:
+    from obleth.core.ports import first_free_range
+
+    assert first_free_range(start, replicas, 8, taken) == expected
+
+
+def test_two_models_deployed_from_one_recipe_get_distinct_ranges(db: Any, settings: Any) -> None:
+    from obleth.core.models import SlurmSettings
+    from obleth.core.recipes import deploy
+
+    settings.OBLETH_PORT_SPAN = 8
+    recipe = (Path(settings.BASE_DIR) / "recipes" / "test-engine.recipe").read_text()
+    first = deploy(recipe_text=recipe, model_name="one", overrides={}, cluster=SlurmSettings.load())
+    second = deploy(
+        recipe_text=recipe, model_name="two", overrides={}, cluster=SlurmSettings.load()
+    )
+    a, b = first.managed_spec, second.managed_spec
+    assert b.serving_port >= a.serving_port + (a.target_replicas + 1) * 8
+    assert b.launcher_spec["sources"]["serving_port"] == "free range"
+    assert any("in use by another model" in w for w in b.launcher_spec["warnings"])
 
 
 def test_scale_up_stops_at_the_range_when_the_models_own_replicas_hold_it() -> None:

@@ -478,7 +478,8 @@ def test_secrets_never_reach_logs_or_stored_messages(
     slurm.api_version = ""  # detection requests too
     slurm.save()
     good = make_slurm_model(spec={"target_replicas": 1})
-    make_slurm_model(spec={"target_replicas": 1, "partition": "nope"})  # refused submit
+    # refused submit (a range of its own: models' port ranges do not overlap)
+    make_slurm_model(spec={"target_replicas": 1, "partition": "nope", "serving_port": 18100})
 
     raw = RawRecords()
     root = logging.getLogger()
