@@ -125,6 +125,11 @@ CHURN_STATES = frozenset(
         "",
     }
 )
+# Ends that someone or something else chose (preemption, a requeue, a cancel by another user or
+# an admin, suspension): never the spec's fault, so never a failed launch, served or not.
+EXTERNAL_END_STATES = frozenset(
+    {"PREEMPTED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "CANCELLED"}
+)
 RESUME_HINT = (
     'Fix the cause (the job logs say why), then press "Try once more" on the model\'s page '
     '(or POST /api/v1/models/<id>/replicas/clear-lost/), or raise "Stop after failed '
@@ -214,14 +219,19 @@ def status_message(job: JobInfo) -> str:
 def is_failed_launch(end_state: str, served: bool, exit_code: int | None = None) -> bool:
     """Whether a replica's end counts toward "Stop after failed launches".
 
-    A job that ended before its replica ever served is a failed launch, whatever the end. After
-    serving, only FAILED, OUT_OF_MEMORY, NODE_FAIL, BOOT_FAIL, or a non-zero exit in a state
-    that is not preemption, cancellation or a time limit, is one. The rest is churn.
+    A job preempted, requeued, suspended or cancelled by someone else is churn whether or not
+    its replica had served yet (on a preemptible cluster a pending or starting job is preempted
+    as often as a serving one). Any other end before the replica served is a failed launch (the
+    engine never came up: it exited, crashed, ran out of memory or time, or its job vanished).
+    After serving, only FAILED, OUT_OF_MEMORY, NODE_FAIL, BOOT_FAIL, or a non-zero exit in a
+    state that is not preemption, cancellation or a time limit, is one. The rest is churn.
     """
-    if not served:
-        return True
     words = (end_state or "").strip().upper().split()
     state = words[0] if words else ""
+    if state in EXTERNAL_END_STATES:
+        return False
+    if not served:
+        return True
     if state in FAILURE_STATES:
         return True
     if state in CHURN_STATES:

@@ -162,15 +162,27 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
         ],
     ),
     (
-        "ended before ever serving counts, even when cancelled by someone else",
+        "ended on its own before ever serving counts (the engine exited)",
+        snap(
+            specs=[spec(max_job_failures=1)],
+            replicas=[rep(1, "starting", "101", message="RUNNING")],  # type: ignore[arg-type]
+            jobs=[ended("COMPLETED", exit_code=0)],
+        ),
+        [
+            lost(1, "job ended: COMPLETED", end_state="COMPLETED", nodes=("gpu1",), exit_code=0),
+            guard(breaker_message(1, 1, "job ended: COMPLETED"), tripped=True),
+        ],
+    ),
+    (
+        "cancelled by someone else before serving is churn too: replaced at once",
         snap(
             specs=[spec(max_job_failures=1)],
             replicas=[rep(1, "starting", "101", message="RUNNING")],  # type: ignore[arg-type]
             jobs=[ended("CANCELLED")],
         ),
         [
-            lost(1, "job ended: CANCELLED", end_state="CANCELLED", nodes=("gpu1",)),
-            guard(breaker_message(1, 1, "job ended: CANCELLED"), tripped=True),
+            lost(1, "job ended: CANCELLED", end_state="CANCELLED", nodes=("gpu1",), failed=False),
+            sub(0, 8000),
         ],
     ),
     (
@@ -190,7 +202,7 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
         snap(
             specs=[spec(target=1, max_job_failures=2)],
             replicas=[
-                kept(1, "PREEMPTED", was_serving=False),
+                kept(1, "FAILED", was_serving=False),
                 kept(2, "NODE_FAIL", was_serving=True),
                 kept(3, "PREEMPTED", was_serving=True),
             ],
@@ -278,8 +290,10 @@ def test_breaker_and_storm(snapshot: Snapshot, expected: list[Action]) -> None:
         pytest.param("BOOT_FAIL", True, None, True, id="boot failure: counts"),
         pytest.param("SPECIAL_EXIT", True, 1, True, id="non-zero exit, not preempted: counts"),
         pytest.param("SPECIAL_EXIT", True, 0, False, id="zero exit, unknown state: churn"),
-        pytest.param("PREEMPTED", False, None, True, id="preempted before serving: counts"),
-        pytest.param("CANCELLED", False, 15, True, id="cancelled before serving: counts"),
+        pytest.param("PREEMPTED", False, None, False, id="preempted before serving: churn"),
+        pytest.param("CANCELLED", False, 15, False, id="cancelled before serving: churn"),
+        pytest.param("TIMEOUT", False, None, True, id="time limit before serving: counts"),
+        pytest.param("COMPLETED", False, 0, True, id="exited before serving: counts"),
         pytest.param("", False, None, True, id="unknown end before serving: counts"),
     ],
 )
