@@ -15,6 +15,7 @@ from django.test import Client
 
 from obleth.core.models import Endpoint, Launch, SlurmSettings
 from obleth.core.recipes import deploy
+from obleth.gateway import keys
 from tests.e2e.conftest import ProvisionerEnv
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
@@ -53,7 +54,8 @@ def test_library_test_engine_recipe_is_healthy_with_its_replica_key(
     )
     assert keyed.status_code == 200 and keyed.json()["data"][0]["id"] == "test-engine"
 
-    answer = Client().post(
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('e2e').secret}")  # closed gateway
+    answer = client.post(
         "/v1/chat/completions",
         data=json.dumps({"model": "e2e-identity", "messages": [{"role": "user", "content": "x"}]}),
         content_type="application/json",

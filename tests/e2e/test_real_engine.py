@@ -137,7 +137,12 @@ def test_llamacpp_smollm2_replica_answers_through_the_gateway(
 
     # The replica is the real llama-server serving the SmolLM2 file, not a stand-in.
     endpoint = Endpoint.objects.get(model=model)
-    listed = httpx.get(endpoint.api_base + "/models", timeout=10).json()
+    # The engine checks the replica's key (LLAMA_API_KEY), which the endpoint carries.
+    listed = httpx.get(
+        endpoint.api_base + "/models",
+        headers={"Authorization": f"Bearer {endpoint.api_key}"},
+        timeout=10,
+    ).json()
     served = listed["data"][0]
     assert served["id"] == "SmolLM2-135M-Instruct", listed
     assert served["owned_by"] == "llamacpp", listed
