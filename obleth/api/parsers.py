@@ -35,33 +35,27 @@ def refuse_nul(data: Any) -> Any:
     return data
 
 
-class StrictJSONParser(parsers.JSONParser):
+class _RefuseNul:
+    """Mixed in before a DRF parser: whatever it parsed is checked for NUL characters."""
+
     def parse(
         self,
         stream: Any,
         media_type: str | None = None,
         parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
-        return refuse_nul(super().parse(stream, media_type, parser_context))
-
-
-class StrictFormParser(parsers.FormParser):
-    def parse(
-        self,
-        stream: Any,
-        media_type: str | None = None,
-        parser_context: Mapping[str, Any] | None = None,
-    ) -> Any:
-        return refuse_nul(super().parse(stream, media_type, parser_context))
-
-
-class StrictMultiPartParser(parsers.MultiPartParser):
-    def parse(
-        self,
-        stream: Any,
-        media_type: str | None = None,
-        parser_context: Mapping[str, Any] | None = None,
-    ) -> Any:
-        result = super().parse(stream, media_type, parser_context)
-        refuse_nul(result.data)
+        result = super().parse(stream, media_type, parser_context)  # type: ignore[misc]
+        refuse_nul(getattr(result, "data", result))  # multipart: DataAndFiles
         return result
+
+
+class StrictJSONParser(_RefuseNul, parsers.JSONParser):
+    pass
+
+
+class StrictFormParser(_RefuseNul, parsers.FormParser):
+    pass
+
+
+class StrictMultiPartParser(_RefuseNul, parsers.MultiPartParser):
+    pass
