@@ -603,7 +603,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
             _mark_lost(ps, g, r, None, endpoint_id)
             failed_nodes.extend(r.nodes)
             continue
-        if job.phase is JobPhase.GONE:
+        if job.phase is JobPhase.GONE or (r.state is ReplicaState.HEALTHY and _ending(job)):
             _mark_lost(ps, g, r, job, endpoint_id)
             failed_nodes.extend(job.nodes or r.nodes)
             continue
@@ -910,6 +910,17 @@ def _annotate(g: _Group, r: ReplicaView, message: str, nodes: tuple[str, ...]) -
         update.message = message
     if nodes and nodes != r.nodes:
         update.nodes = nodes
+
+
+def _ending(job: JobInfo) -> bool:
+    """A job that has ended and is being torn down, as Slurm 22.05 (v0.0.38) prints it.
+
+    That API gives only the COMPLETING flag, not the end state under it (later versions print
+    ``["CANCELLED", "COMPLETING"]``, read as gone). Its server may still be draining the
+    requests it has (``obleth_serve``), but it takes no new ones: a serving replica in that
+    state leaves routing and is replaced at once. A replica that has not served yet is waited
+    for until the end state is known, so that it is counted right."""
+    return job.state.strip().upper() == "COMPLETING"
 
 
 def _mark_lost(

@@ -2,12 +2,21 @@
 
 Pure text: no I/O. ``render_batch_script`` either takes a recipe's script verbatim or assembles
 ``apptainer exec --nv '<image>' <launch_command>`` (or the bare command), then puts the port-window
-block right after the shebang so the server can listen on ``$OBLETH_SERVING_PORT``.
+block right after the shebang so the server can listen on ``$OBLETH_SERVING_PORT``, and the
+definition of ``obleth_serve`` (:func:`drain_block`), which recipes use in place of ``exec`` so
+their server drains on Slurm's SIGTERM.
 """
 
 from __future__ import annotations
 
-__all__ = ["SHEBANG", "port_window_block", "render_batch_script", "shell_quote"]
+__all__ = [
+    "DRAIN_SECS_DEFAULT",
+    "SHEBANG",
+    "drain_block",
+    "port_window_block",
+    "render_batch_script",
+    "shell_quote",
+]
 
 SHEBANG = "#!/bin/bash"
 _STRICT = "set -euo pipefail"
@@ -63,6 +72,74 @@ def port_window_block(port_base: int, port_span: int) -> str:
     )
 
 
+DRAIN_SECS_DEFAULT = 10
+
+# Python is only the exec shim: block SIGTERM (a blocked signal stays blocked across exec, and a
+# handler the server installs does not unblock it), give SIGINT back its default (bash starts
+# background commands with SIGINT ignored), then become the server.
+_SHIM = (
+    "import os, signal, sys; "
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def drain_block() -> str:
+    """Bash lines that define ``obleth_serve``: run a server that drains on Slurm's SIGTERM.
+
+    Slurm sends SIGTERM to every process of a job on ``scancel``, on preemption and at the time
+    limit, and SIGKILL after ``KillWait`` (or the preemption ``GraceTime``). obleth stops routing to
+    a replica as soon as its job leaves RUNNING, but the requests the server is answering at that
+    moment would die with it. ``obleth_serve <server> <args...>`` (in place of ``exec``) runs the
+    server with SIGTERM blocked, so only the batch script sees it; the script then lets the server
+    finish what it has for up to ``OBLETH_DRAIN_SECS`` seconds (default
+    :data:`DRAIN_SECS_DEFAULT`; 0 stops at once) and stops it with SIGINT. A server that exits on
+    its own ends the job as before. Without ``python3`` on the node, the server runs as with
+    ``exec``, and the job log says so.
+    """
+    return "\n".join(
+        [
+            "# obleth: `obleth_serve <server> <args>` drains on Slurm's SIGTERM (scancel,",
+            "# preemption, time limit): the server keeps answering what it has for",
+            "# $OBLETH_DRAIN_SECS s, then gets SIGINT.",
+            f'OBLETH_DRAIN_SECS="${{OBLETH_DRAIN_SECS:-{DRAIN_SECS_DEFAULT}}}"',
+            'case "$OBLETH_DRAIN_SECS" in',
+            "  ''|*[!0-9]*)",
+            '    echo "obleth: OBLETH_DRAIN_SECS must be whole seconds (got'
+            + "'$OBLETH_DRAIN_SECS'"
+            + f'); using {DRAIN_SECS_DEFAULT}" >&2',
+            f"    OBLETH_DRAIN_SECS={DRAIN_SECS_DEFAULT} ;;",
+            "esac",
+            "obleth_serve() {",
+            "  if ! command -v python3 >/dev/null 2>&1; then",
+            '    echo "obleth: no python3 on $(hostname): the server stops at once on SIGTERM" >&2',
+            '    exec "$@"',
+            "  fi",
+            f'  python3 -c {shell_quote(_SHIM)} "$@" &',
+            "  obleth_server_pid=$!",
+            "  trap obleth_drain TERM",
+            "  local rc=0",
+            "  while :; do",
+            '    rc=0; wait "$obleth_server_pid" || rc=$?',
+            '    kill -0 "$obleth_server_pid" 2>/dev/null || break',
+            "  done",
+            '  return "$rc"',
+            "}",
+            "obleth_drain() {",
+            "  trap '' TERM",
+            '  echo "obleth: SIGTERM: the server drains for up to ${OBLETH_DRAIN_SECS} s" >&2',
+            "  local waited=0",
+            '  while [ "$waited" -lt "$OBLETH_DRAIN_SECS" ]; do',
+            '    kill -0 "$obleth_server_pid" 2>/dev/null || return 0',
+            "    sleep 1; waited=$((waited + 1))",
+            "  done",
+            '  kill -INT "$obleth_server_pid" 2>/dev/null || true',
+            "}",
+        ]
+    )
+
+
 def _with_newline(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
@@ -104,7 +181,7 @@ def render_batch_script(
     Raises ``ValueError`` naming the field when neither ``script_body`` nor ``launch_command``
     is given, or when the port window does not fit in 1..65535.
     """
-    block = port_window_block(port_base, port_span)
+    block = port_window_block(port_base, port_span) + "\n" + drain_block()
     script = _assemble(
         script_body=script_body, image=image, preamble=preamble, launch_command=launch_command
     )

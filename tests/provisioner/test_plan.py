@@ -705,6 +705,30 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
         [lost(1, endpoint=eid(1), served=True), sub(0, 8000)],
     ),
     (
+        "healthy + job COMPLETING (v0.0.38 after scancel, server draining): lost now, replaced",
+        snap(
+            replicas=[rep(1, H, "101", endpoint=eid(1))],
+            jobs=[job("101", 1, RUN, state="COMPLETING")],
+            endpoints=[e1],
+            probes={1: 8000},
+        ),
+        [
+            lost(
+                1,
+                "job ended: COMPLETING",
+                endpoint=eid(1),
+                end_state="COMPLETING",
+                served=True,
+            ),
+            sub(0, 8000),
+        ],
+    ),
+    (
+        "starting + job COMPLETING: waited for until its end state is known",
+        snap(replicas=[rep(1, S, "101")], jobs=[job("101", 1, RUN, state="COMPLETING")]),
+        [upd(1, message="COMPLETING", nodes=("gpu1",))],
+    ),
+    (
         "gateway-unhealthy endpoint restarts even with a passing probe",
         snap(
             replicas=[r1],

@@ -34,9 +34,10 @@ def render(**overrides: object) -> str:
 
 
 def lines_after_block(script: str) -> list[str]:
-    """The script's lines with the port block removed (to check the rest verbatim)."""
+    """The script's lines with obleth's block (port window, drain) removed, to check the rest."""
     lines = script.split("\n")
-    end = next(i for i, line in enumerate(lines) if line.startswith("export OBLETH_SERVING_PORT="))
+    # the closing brace of obleth_drain, the block's last line
+    end = next(i for i, line in enumerate(lines) if 'kill -INT "$obleth_server_pid"' in line) + 1
     block_start = 1 if lines[0].startswith("#!") else 0
     return lines[:block_start] + lines[end + 1 :]
 
