@@ -259,6 +259,18 @@ OBLETH_PROVISIONER_STORM_WINDOW_SECS = env_int(
 # A replica handed over (walltime successor, spec rollout) leaves routing first; its job is
 # cancelled this many seconds later so in-flight streams can finish.
 OBLETH_PROVISIONER_DRAIN_SECS = env_int("OBLETH_PROVISIONER_DRAIN_SECS", 30, minimum=0)
+# A replica's server drains this long on Slurm's SIGTERM (scancel, preemption, time limit)
+# before it is stopped (obleth_serve in the job script; sent as OBLETH_DRAIN_SECS). Keep it
+# below the cluster's KillWait / preemption GraceTime, after which Slurm sends SIGKILL.
+OBLETH_REPLICA_DRAIN_SECS = env_int("OBLETH_REPLICA_DRAIN_SECS", 10, minimum=0)
+# Where a replica's job reaches obleth's web process (the API), e.g. https://obleth.example.org.
+# With it set, jobs ask Slurm for a warning signal (USR1, OBLETH_PROVISIONER_WARNING_SIGNAL_SECS
+# before their end, and at preemption on clusters with PreemptParameters=send_user_signal) and
+# report it back, so a successor starts before the job ends. Unset: no warning signal.
+OBLETH_PUBLIC_URL = env_str("OBLETH_PUBLIC_URL", "").rstrip("/")
+OBLETH_PROVISIONER_WARNING_SIGNAL_SECS = env_int(
+    "OBLETH_PROVISIONER_WARNING_SIGNAL_SECS", 300, minimum=0
+)
 OBLETH_PROVISIONER_LOCK_TTL_SECS = env_int("OBLETH_PROVISIONER_LOCK_TTL_SECS", 120, minimum=5)
 OBLETH_PROVISIONER_DISPATCH = env_str("OBLETH_PROVISIONER_DISPATCH", "celery")  # celery | inline
 OBLETH_PORT_SPAN = env_int("OBLETH_PORT_SPAN", 8, minimum=1)

@@ -176,6 +176,7 @@ class Executor:
             excluded_nodes=action.excluded_nodes,
             client=self.client,
             replica_api_key=api_key,
+            replica_id=str(action.replica_id),
         )
         launch_defaults: dict[str, Any] = {
             "model_id": action.model_id,

@@ -473,6 +473,7 @@ def observe(
         failed_placements=failed,
         candidate_nodes=candidates,
         serving_losses=serving_losses,
+        drain_signals=frozenset(row.id for row in replica_rows if row.drain_signal_at is not None),
     )
     return Observation(
         snapshot=snapshot,

@@ -79,9 +79,28 @@ DRAIN_SECS_DEFAULT = 10
 # background commands with SIGINT ignored), then become the server.
 _SHIM = (
     "import os, signal, sys; "
-    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1}); "
     "signal.signal(signal.SIGINT, signal.SIG_DFL); "
     "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+# Reports Slurm's warning signal to obleth: POST $OBLETH_SIGNAL_URL with the replica's key (from
+# the environment, never on a command line), three tries. Prints the outcome, never the key.
+_NOTIFY = (
+    "import os, time, urllib.request as u\n"
+    "url = os.environ['OBLETH_SIGNAL_URL']\n"
+    "key = os.environ.get('OBLETH_REPLICA_API_KEY', '')\n"
+    "for attempt in range(3):\n"
+    "    try:\n"
+    "        req = u.Request(url, data=b'{}', method='POST', headers={\n"
+    "            'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'})\n"
+    "        with u.urlopen(req, timeout=10) as answer:\n"
+    "            print('obleth: warning signal reported, HTTP', answer.status, flush=True)\n"
+    "            break\n"
+    "    except Exception as exc:\n"
+    "        print('obleth: warning signal not reported:', type(exc).__name__, flush=True)\n"
+    "        time.sleep(2)\n"
 )
 
 
@@ -97,6 +116,10 @@ def drain_block() -> str:
     :data:`DRAIN_SECS_DEFAULT`; 0 stops at once) and stops it with SIGINT. A server that exits on
     its own ends the job as before. Without ``python3`` on the node, the server runs as with
     ``exec``, and the job log says so.
+
+    Slurm's warning signal (``--signal=B:USR1@secs``, sent before the job's end and, where
+    ``PreemptParameters=send_user_signal``, at preemption) is reported to obleth at
+    ``$OBLETH_SIGNAL_URL`` with the replica's key, so a successor starts while this one serves.
     """
     return "\n".join(
         [
@@ -119,6 +142,7 @@ def drain_block() -> str:
             f'  python3 -c {shell_quote(_SHIM)} "$@" &',
             "  obleth_server_pid=$!",
             "  trap obleth_drain TERM",
+            "  trap obleth_warned USR1",
             "  local rc=0",
             "  while :; do",
             '    rc=0; wait "$obleth_server_pid" || rc=$?',
@@ -135,6 +159,12 @@ def drain_block() -> str:
             "    sleep 1; waited=$((waited + 1))",
             "  done",
             '  kill -INT "$obleth_server_pid" 2>/dev/null || true',
+            "}",
+            "obleth_warned() {",
+            '  echo "obleth: Slurm\'s warning signal (its end or a preemption is near)" >&2',
+            '  if [ -n "${OBLETH_SIGNAL_URL:-}" ] && command -v python3 >/dev/null 2>&1; then',
+            f"    python3 -c {shell_quote(_NOTIFY)} >&2 &",
+            "  fi",
             "}",
         ]
     )

@@ -8,6 +8,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
+
 from provisioner.identity import KEY_ENV
 from provisioner.script import render_batch_script
 from provisioner.slurm.convert import expand_nodelist, parse_memory_mb, parse_time_limit
@@ -24,6 +26,10 @@ DEFAULT_PATH = (
     "/opt/apptainer/bin:/opt/singularity/bin"
 )
 SECRET_ENV_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", KEY_ENV})
+DRAIN_ENV = "OBLETH_DRAIN_SECS"  # read by obleth_serve (provisioner/script.py)
+SIGNAL_URL_ENV = "OBLETH_SIGNAL_URL"  # obleth_serve posts Slurm's warning signal there
+WARNING_SIGNAL = "USR1"
+_MAX_WARNING_SECS = 65535  # Slurm keeps the warning time in 16 bits
 
 
 def build_submission(
@@ -36,6 +42,7 @@ def build_submission(
     excluded_nodes: tuple[str, ...] = (),
     client: SlurmClient | None = None,
     replica_api_key: str = "",
+    replica_id: str = "",
 ) -> JobSubmission:
     """Everything one submit sends. Values were validated when the spec was saved; a value that
     no longer parses is left out with a warning rather than blocking every launch.
@@ -57,6 +64,14 @@ def build_submission(
         env += [("HF_TOKEN", hf_token), ("HUGGING_FACE_HUB_TOKEN", hf_token)]
     if replica_api_key:
         env.append((KEY_ENV, replica_api_key))
+    env.append((DRAIN_ENV, str(settings.OBLETH_REPLICA_DRAIN_SECS)))
+    warning_secs = 0
+    signal_url = signal_url_for(replica_id) if replica_api_key else ""
+    if signal_url:
+        # The job reports Slurm's warning signal back (obleth_serve), authenticated with the
+        # replica's key; the next pass starts a successor (transitions.handover_due).
+        env.append((SIGNAL_URL_ENV, signal_url))
+        warning_secs = min(settings.OBLETH_PROVISIONER_WARNING_SIGNAL_SECS, _MAX_WARNING_SECS)
 
     time_limit: int | None = None
     if spec.time_limit.strip():
@@ -116,7 +131,18 @@ def build_submission(
         excluded_nodes=collect_nodelist(excluded),
         standard_output=f"{log_dir}/{job_name}-%j.out" if log_dir else "",
         standard_error=f"{log_dir}/{job_name}-%j.err" if log_dir else "",
+        warning_signal=WARNING_SIGNAL if warning_secs else "",
+        warning_secs=warning_secs,
     )
+
+
+def signal_url_for(replica_id: str) -> str:
+    """Where a replica's job reports Slurm's warning signal; "" without ``OBLETH_PUBLIC_URL``
+    or with the warning turned off (``OBLETH_PROVISIONER_WARNING_SIGNAL_SECS=0``)."""
+    public = settings.OBLETH_PUBLIC_URL
+    if not (public and replica_id and settings.OBLETH_PROVISIONER_WARNING_SIGNAL_SECS > 0):
+        return ""
+    return f"{public}/api/v1/replicas/{replica_id}/drain-signal"
 
 
 def _refresh_installed_test_engine(script: str) -> None:

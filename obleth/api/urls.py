@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 
 from obleth.accounts import api as accounts_api
-from obleth.api import deploy, health, joblogs, schema, views
+from obleth.api import deploy, drain_signal, health, joblogs, schema, views
 from obleth.api.auth import IsStaff
 from obleth.gateway.api import GatewayKeyViewSet
 
@@ -72,6 +72,11 @@ v1: list[URLPattern | URLResolver] = [
         rf"^replicas/(?P<pk>{UUID})/log{SLASH}$",
         joblogs.ReplicaLogView.as_view(),
         name="replica-log",
+    ),
+    re_path(
+        rf"^replicas/(?P<pk>{UUID})/drain-signal{SLASH}$",
+        drain_signal.DrainSignalView.as_view(),
+        name="replica-drain-signal",
     ),
     *router.urls,
 ]

@@ -433,6 +433,9 @@ class Replica(models.Model):
     # A handed-over replica out of routing whose job still runs for in-flight requests: its job
     # is cancelled at this time. Null: not draining that way.
     drain_deadline = models.DateTimeField(null=True, blank=True, editable=False)
+    # When the replica's job reported Slurm's warning signal (its end or a preemption is near,
+    # POST /api/v1/replicas/<id>/drain-signal with the replica's key): the plan starts a successor.
+    drain_signal_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The replica's own secret: its job gets it in the environment (OBLETH_REPLICA_API_KEY), its
     # engine demands it, the probe proves the port is ours with it and the endpoint sends it.
     # Generated when the row is written; never shown or logged.

@@ -59,6 +59,10 @@ class JobSubmission:
     excluded_nodes: str = ""  # comma separated hostnames (a Slurm hostlist is fine too)
     standard_output: str = ""
     standard_error: str = ""
+    # sbatch --signal=B:<warning_signal>@<warning_secs>: Slurm signals the batch shell this long
+    # before the job's end (and at preemption where PreemptParameters=send_user_signal).
+    warning_signal: str = ""
+    warning_secs: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

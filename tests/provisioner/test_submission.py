@@ -216,3 +216,57 @@ def test_other_fields_are_copied_and_stripped(db: Any) -> None:
     assert sub.name == "obleth-m-0123456789ab"
     assert "export OBLETH_PORT_BASE=18016" in sub.script
     assert sub.script.startswith("#!/bin/bash")
+
+
+def test_the_drain_time_reaches_the_job_and_no_warning_signal_without_a_public_url(
+    db: Any, settings: Any
+) -> None:
+    settings.OBLETH_REPLICA_DRAIN_SECS = 7
+    settings.OBLETH_PUBLIC_URL = ""
+    sub = _build(_spec(db), replica_api_key="k" * 40, replica_id="r1")
+    env = dict(sub.environment)
+    assert env["OBLETH_DRAIN_SECS"] == "7"
+    assert "OBLETH_SIGNAL_URL" not in env
+    assert (sub.warning_signal, sub.warning_secs) == ("", 0)
+
+
+def test_with_a_public_url_the_job_asks_for_the_warning_signal_and_knows_where_to_report_it(
+    db: Any, settings: Any
+) -> None:
+    settings.OBLETH_PUBLIC_URL = "https://obleth.example.org"
+    settings.OBLETH_PROVISIONER_WARNING_SIGNAL_SECS = 240
+    sub = _build(_spec(db), replica_api_key="k" * 40, replica_id="0f0e")
+    env = dict(sub.environment)
+    assert env["OBLETH_SIGNAL_URL"] == (
+        "https://obleth.example.org/api/v1/replicas/0f0e/drain-signal"
+    )
+    assert (sub.warning_signal, sub.warning_secs) == ("USR1", 240)
+    settings.OBLETH_PROVISIONER_WARNING_SIGNAL_SECS = 0  # turned off
+    off = _build(_spec(db), replica_api_key="k" * 40, replica_id="0f0e")
+    assert "OBLETH_SIGNAL_URL" not in dict(off.environment) and off.warning_secs == 0
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("v0.0.38", {}),  # 22.05's REST parser refuses "B:USR1@240": not sent
+        ("v0.0.39", {"kill_warning_signal": "USR1", "kill_warning_flags": ["BATCH_JOB"]}),
+        ("v0.0.40", {"kill_warning_signal": "USR1", "kill_warning_flags": ["BATCH_JOB"]}),
+        ("v0.0.44", {"kill_warning_signal": "USR1", "kill_warning_flags": ["BATCH_JOB"]}),
+    ],
+)
+def test_each_api_version_spells_the_warning_signal_its_own_way(
+    db: Any, settings: Any, version: str, expected: dict[str, Any]
+) -> None:
+    from provisioner.slurm.adapters import get_adapter
+
+    settings.OBLETH_PUBLIC_URL = "https://obleth.example.org"
+    settings.OBLETH_PROVISIONER_WARNING_SIGNAL_SECS = 240
+    sub = _build(_spec(db), replica_api_key="k" * 40, replica_id="0f0e")
+    job = get_adapter(version).build_submit_body(sub)["job"]
+    for key, value in expected.items():
+        assert job[key] == value
+    if version == "v0.0.38":
+        assert "signal" not in job
+    else:
+        assert job["kill_warning_delay"] == {"set": True, "infinite": False, "number": 240}

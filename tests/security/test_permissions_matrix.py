@@ -223,6 +223,12 @@ MATRIX: dict[tuple[str, str], Cell] = {
     ("api:token-detail", "put"): staff(ok=405),
     ("api:token-detail", "patch"): staff(ok=405),
     ("api:token-detail", "delete"): staff(ok=404),
+    # The job itself reports Slurm's warning signal, with its replica's key only: no user's
+    # session or token is one, so every caller without that key gets 401 on every method.
+    **{
+        ("api:replica-drain-signal", m): staff(ok=401, overrides={c: 401 for c in CALLERS})
+        for m in METHODS
+    },
     **{("api:schema", m): staff(ok=200 if m == "get" else 405) for m in METHODS},
     **{("api:docs", m): staff(ok=200 if m == "get" else 405) for m in METHODS},
 }

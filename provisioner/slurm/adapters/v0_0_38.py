@@ -75,6 +75,10 @@ class V0038Adapter(SlurmAdapter):
             job[self.stdout_key] = submission.standard_output
         if submission.standard_error:
             job[self.stderr_key] = submission.standard_error
+        # No warning signal: Slurm 22.05's REST parser refuses the batch-shell form
+        # "B:USR1@secs" ("Invalid SIGNAL specification", seen on the local cluster), and without
+        # "B:" only srun steps are signalled, never the batch script that reports it. Walltime
+        # handover still starts successors from the job's end time.
         return {"script": submission.script, "job": job}
 
     def partition_fields(self, record: Mapping[str, Any]) -> dict[str, Any]:

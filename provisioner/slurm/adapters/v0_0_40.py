@@ -66,6 +66,10 @@ class DataParserAdapter(SlurmAdapter):
             job["standard_output"] = submission.standard_output
         if submission.standard_error:
             job["standard_error"] = submission.standard_error
+        if submission.warning_signal and submission.warning_secs > 0:
+            job["kill_warning_signal"] = submission.warning_signal
+            job["kill_warning_delay"] = no_val(submission.warning_secs)
+            job["kill_warning_flags"] = ["BATCH_JOB"]
         if self.script_in_job:
             job["script"] = submission.script
             return {"job": job}
