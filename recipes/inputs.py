@@ -131,7 +131,7 @@ def validate_inputs(
 ) -> dict[str, str]:
     """Check input values (missing ones take their default). Returns input name -> message;
     empty when every value is usable. A value naming no declared input is an error too, and so
-    is a value :func:`obleth.core.recipe_shell.value_problem` refuses (NUL, line breaks,
+    is a value :func:`recipes.shell.value_problem` refuses (NUL, line breaks,
     ``#SBATCH``...)."""
     defaults = cluster_defaults(cluster)
     errors: dict[str, str] = {}

@@ -93,7 +93,7 @@ def render(
     from ``cluster``. The header's ``env`` is exported after the ``#SBATCH`` block.
 
     Values never become shell code: see the module docstring and
-    :mod:`obleth.core.recipe_shell` for where each value lands. A value that is refused (a line
+    :mod:`recipes.shell` for where each value lands. A value that is refused (a line
     break, NUL, ``#SBATCH``, a bad number...) is a problem named ``inputs.<name>``,
     ``api_model_name`` or the cluster token.
 
