@@ -104,8 +104,8 @@ class TcpProxy:
 
 
 def recipe_like_script(model_name: str, slow_start: float = 0.0) -> str:
-    """The test-engine recipe's script (recipes/test-engine.recipe), with this checkout's engine:
-    it listens on all addresses, takes /_control, and the job ends when the engine does."""
+    """The test-engine recipe's script (recipes/library/test-engine.recipe), with this checkout's
+    engine: it listens on all addresses, takes /_control, and the job ends when the engine does."""
     return (
         "#!/bin/bash\n"
         "#SBATCH --cpus-per-task=1\n"

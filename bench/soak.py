@@ -1,12 +1,13 @@
 """Soak: the whole instance under a hostile cluster, with invariants sampled every second.
 
 Starts ``scripts/run`` (its own OBLETH_VAR_DIR, database, private redis-server, port and job
-prefix), deploys N models x 2 replicas of recipes/test-engine.recipe on the real local Slurm,
-runs bounded client load through the gateway (127.0.0.1 only) and meanwhile: scancels a random
-serving replica of ITS OWN prefix every few seconds, stops slurmrestd twice (``scripts/slurm-local
-rest-stop`` / ``rest-start``), SIGKILLs the Celery worker twice, and (``--chaos-redis``, on by
-default: the Redis is the soak's own) kills and restarts Redis once. Prints the invariant counts,
-the replacement latencies and the client outcomes; exit status 1 when an invariant broke.
+prefix), deploys N models x 2 replicas of recipes/library/test-engine.recipe on the real local
+Slurm, runs bounded client load through the gateway (127.0.0.1 only) and meanwhile: scancels a
+random serving replica of ITS OWN prefix every few seconds, stops slurmrestd twice
+(``scripts/slurm-local rest-stop`` / ``rest-start``), SIGKILLs the Celery worker twice, and
+(``--chaos-redis``, on by default: the Redis is the soak's own) kills and restarts Redis once.
+Prints the invariant counts, the replacement latencies and the client outcomes; exit status 1 when
+an invariant broke.
 
     .venv/bin/python bench/soak.py --minutes 10            # the benchmark
     .venv/bin/python bench/soak.py --minutes 2 --models 3  # what tests/soak runs in CI
@@ -449,7 +450,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
         inst.start()
         for model in models:
             done = inst.manage(
-                "deploy_recipe", "recipes/test-engine.recipe", "--name", model,
+                "deploy_recipe", "recipes/library/test-engine.recipe", "--name", model,
                 "--replicas", str(args.replicas),
             )  # fmt: skip
             if done.returncode != 0:

@@ -115,6 +115,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "csp",
     "obleth.core",
+    "recipes",
     "obleth.api",
     "obleth.gateway",
     "obleth.accounts",
@@ -351,7 +352,9 @@ EMAIL_USE_TLS = env_bool("OBLETH_EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = 20
 DEFAULT_FROM_EMAIL = env_str("OBLETH_EMAIL_FROM", "obleth@localhost")
 
-OBLETH_RECIPES_DIR = Path(env_str("OBLETH_RECIPES_DIR", str(BASE_DIR / "recipes")))
+# Library recipes (*.recipe): the files shipped in the recipes app, unless the operator names a
+# folder of their own.
+OBLETH_RECIPES_DIR = Path(env_str("OBLETH_RECIPES_DIR", str(BASE_DIR / "recipes" / "library")))
 # Job logs (obleth.core.joblogs): folders where the jobs' stdout/stderr files are readable from
 # here, "/same/path" or "/cluster/path=/local/mount", comma separated. Empty: logs are not read
 # and the model page says where they are. Only files inside these folders are ever opened.

@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 from obleth.core.choices import HostingMode
 from obleth.core.models import ManagedSpec, Model, SlurmSettings
 
-RECIPES = Path(django_settings.BASE_DIR) / "recipes"
+RECIPES = Path(django_settings.BASE_DIR) / "recipes" / "library"
 DEMO = RECIPES / "test-engine.recipe"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdW4iOiJvYmxldGgifQ.c2VjcmV0LXNpZ25hdHVyZS1mb3ItdGVzdHM"
 

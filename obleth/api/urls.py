@@ -10,9 +10,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 
 from obleth.accounts import api as accounts_api
-from obleth.api import deploy, drain_signal, health, joblogs, schema, views
+from obleth.api import drain_signal, health, joblogs, schema, views
 from obleth.api.auth import IsStaff
 from obleth.gateway.api import GatewayKeyViewSet
+from recipes.api import DeployView
 
 app_name = "api"
 
@@ -57,7 +58,7 @@ v1: list[URLPattern | URLResolver] = [
         health.ModelHealthHistoryView.as_view(),
         name="model-health-history",
     ),
-    re_path(rf"^deployments{SLASH}$", deploy.DeployView.as_view(), name="deploy"),
+    re_path(rf"^deployments{SLASH}$", DeployView.as_view(), name="deploy"),
     re_path(rf"^settings/slurm{SLASH}$", views.SlurmSettingsView.as_view(), name="slurm-settings"),
     re_path(rf"^settings/slurm/test{SLASH}$", views.SlurmTestView.as_view(), name="slurm-test"),
     re_path(

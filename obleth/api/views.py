@@ -365,7 +365,7 @@ class RecipeViewSet(ActorContextMixin, viewsets.ModelViewSet[Recipe]):
     )
     @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
     def library(self, request: Request) -> Response:
-        from obleth.core.recipes import library_recipes
+        from recipes.library import library_recipes
 
         items = [
             {

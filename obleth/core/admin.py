@@ -35,7 +35,6 @@ from obleth.core.models import (
     ManagedSpec,
     Model,
     ProvisionerStatus,
-    Recipe,
     Replica,
     SlurmSettings,
     mask_secret,
@@ -769,26 +768,6 @@ class LaunchAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Launch | None = None) -> bool:
         return False
-
-
-# ---------------------------------------------------------------------------------------- recipes
-
-
-class RecipeAdminForm(forms.ModelForm):
-    class Meta:
-        model = Recipe
-        fields = ("name", "author", "body")
-        widgets = {
-            "body": forms.Textarea(attrs={"rows": 30, "cols": 100, "class": "vLargeTextField"})
-        }
-
-
-@admin.register(Recipe)
-class RecipeAdmin(admin.ModelAdmin):
-    form = RecipeAdminForm
-    list_display = ("name", "author", "updated_at")
-    search_fields = ("name", "author", "body")
-    readonly_fields = ("created_at", "updated_at")
 
 
 # ---------------------------------------------------------------------------------- Slurm settings

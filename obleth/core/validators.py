@@ -34,6 +34,8 @@ from obleth.core.http_validators import (  # noqa: F401
 )
 from obleth.core.http_validators import describe_char as _describe
 from obleth.core.http_validators import first_control as _first_control
+from recipes.document import parse_recipe
+from recipes.types import RecipeError
 
 API_VERSION_RE = re.compile(r"[A-Za-z0-9.]+")
 HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,253})$")
@@ -476,8 +478,6 @@ def validate_node_addresses(value: object) -> None:
 
 def validate_recipe_body(value: str) -> None:
     """A recipe document parses (header fields, fences, script), or the error names the field."""
-    from obleth.core.recipes import RecipeError, parse_recipe
-
     if "\x00" in value:
         raise ValidationError("body holds a NUL character: remove it.")
     try:
@@ -488,7 +488,7 @@ def validate_recipe_body(value: str) -> None:
 
 # ----------------------------------------------------------------------------- cluster defaults
 # The Slurm connection's cluster defaults land in every batch script a recipe renders
-# (obleth.core.recipes): folders and images are data (placed as quoted values there), `setup`
+# (recipes.render): folders and images are data (placed as quoted values there), `setup`
 # is the operator's own shell lines by design.
 
 _CLUSTER_SPECIAL = frozenset(" \t$`\"'\\;&|<>(){}[]*?!~#^,:")

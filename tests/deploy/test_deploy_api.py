@@ -20,14 +20,14 @@ from rest_framework.test import APIClient
 
 from obleth.accounts.models import AuditEntry
 from obleth.core.models import Launch, ManagedSpec, Model, Recipe, SlurmSettings
-from obleth.core.recipes import parse_recipe
 from provisioner.slurm.adapters import get_adapter
+from recipes.document import parse_recipe
 from tests.deploy.conftest import cluster
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/deployments"
 NEEDED_INPUTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct"}
-LIBRARY = sorted(p.stem for p in Path(settings.BASE_DIR, "recipes").glob("*.recipe"))
+LIBRARY = sorted(p.stem for p in Path(settings.BASE_DIR, "recipes", "library").glob("*.recipe"))
 
 
 def client_for(role: str | None, **perms: Any) -> APIClient:
@@ -86,8 +86,10 @@ def body(**changes: Any) -> dict[str, Any]:
 def test_every_library_recipe_dry_runs(
     admin: APIClient, slurm_on: SlurmSettings, slug: str
 ) -> None:
-    """Each file in recipes/ gives a review with a script, the Slurm body and sources."""
-    parsed = parse_recipe(Path(settings.BASE_DIR, "recipes", f"{slug}.recipe").read_text())
+    """Each file in recipes/library/ gives a review with a script, the Slurm body and sources."""
+    parsed = parse_recipe(
+        Path(settings.BASE_DIR, "recipes", "library", f"{slug}.recipe").read_text()
+    )
     needed = {i.name for i in parsed.inputs if i.required and not i.default}
     inputs = {k: v for k, v in NEEDED_INPUTS.items() if k in needed}
     assert needed == set(inputs), f"give a value for {needed - set(inputs)} in NEEDED_INPUTS"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from obleth.core import deploy_checks as dc
+from recipes.deploy import checks as dc
 from tests.deploy.conftest import cluster
 
 C = dc.cluster_from_resources(cluster())

@@ -15,7 +15,7 @@ from django.core.management.base import CommandError
 from obleth.core.models import ManagedSpec, Model, Recipe
 
 pytestmark = pytest.mark.django_db
-DEMO = Path(settings.BASE_DIR, "recipes", "test-engine.recipe")
+DEMO = Path(settings.BASE_DIR, "recipes", "library", "test-engine.recipe")
 
 
 def run(*args: str) -> tuple[str, str]:

@@ -16,8 +16,8 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.hf_api import ModelInfo
 from rest_framework.test import APIClient
 
-from obleth.core.deploy_hf import EngineChoice, engines_for
 from obleth.core.models import ManagedSpec, SlurmSettings
+from recipes.deploy.hf import EngineChoice, engines_for
 from tests.plugins.factories import ADMIN_TOKEN
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from obleth.core.deploy_learned import PastLaunch, suggestions
+from recipes.deploy.learned import PastLaunch, suggestions
 
 NOW = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from rest_framework.test import APIClient
 
-from obleth.core import deploy_reads
 from obleth.core.models import SlurmSettings
+from recipes.deploy import reads as deploy_reads
 from tests.api.conftest import make_jwt
 from tests.plugins.factories import ADMIN_TOKEN
 

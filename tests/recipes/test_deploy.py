@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 
 from obleth.core.choices import HostingMode
 from obleth.core.models import ManagedSpec, Model, Recipe, SlurmSettings
-from obleth.core.recipes import deploy
+from recipes.deploy.spec import deploy
 from tests.recipes.helpers import with_header
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +56,7 @@ def _cluster(**kwargs: Any) -> SlurmSettings:
 
 
 def test_demo_recipe_deploys() -> None:
-    text = (Path(settings.BASE_DIR) / "recipes" / "test-engine.recipe").read_text()
+    text = (Path(settings.BASE_DIR) / "recipes" / "library" / "test-engine.recipe").read_text()
     model = deploy(recipe_text=text, model_name="demo", overrides={}, cluster=None)
     model.refresh_from_db()
     spec = ManagedSpec.objects.get(model=model)

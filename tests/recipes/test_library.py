@@ -15,16 +15,13 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from obleth.core.recipes import (
-    find_library_recipe,
-    input_defaults,
-    library_recipes,
-    parse_recipe,
-    render,
-)
+from recipes.document import parse_recipe
+from recipes.inputs import input_defaults
+from recipes.library import find_library_recipe, library_recipes
+from recipes.render import render
 from tests.recipes.helpers import doc
 
-LIBRARY = Path(settings.BASE_DIR) / "recipes"
+LIBRARY = Path(settings.BASE_DIR) / "recipes" / "library"
 SHIPPED = {"test-engine", "llamacpp-smollm2", "infinity-minilm", "vllm", "sglang", "ollama"}
 FULL_CLUSTER: dict[str, Any] = {
     "cache_dir": "/scratch/obleth",

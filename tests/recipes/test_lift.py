@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from obleth.core.recipes import lift_sbatch, lift_sbatch_lines, strip_sbatch
+from recipes.sbatch import lift_sbatch, lift_sbatch_lines, strip_sbatch
 
 LIFT_TABLE = [
     ("#SBATCH --partition=gpu", {"partition": "gpu"}),

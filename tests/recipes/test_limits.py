@@ -9,15 +9,12 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from obleth.core.models import Model, Recipe
-from obleth.core.recipes import (
-    MAX_HEADER_CHARS,
-    MAX_RECIPE_CHARS,
-    RecipeError,
-    deploy,
-    library_recipes,
-    parse_recipe,
-)
 from obleth.core.validators import validate_recipe_body
+from recipes.deploy.spec import deploy
+from recipes.document import parse_recipe
+from recipes.header import MAX_HEADER_CHARS, MAX_RECIPE_CHARS
+from recipes.library import library_recipes
+from recipes.types import RecipeError
 from tests.recipes.helpers import BASE_HEADER, doc, with_header
 
 # The 461-byte header: nine levels of nine aliases (29 s and 1.3 GB before).

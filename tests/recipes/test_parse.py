@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from obleth.core.recipes import RecipeError, parse_recipe
+from recipes.document import parse_recipe
+from recipes.types import RecipeError
 from tests.recipes.helpers import BASE_HEADER, doc, with_header
 
 

@@ -8,14 +8,11 @@ import pytest
 from django.conf import settings
 
 from obleth.core.models import SlurmSettings
-from obleth.core.recipes import (
-    RecipeError,
-    cluster_defaults,
-    input_defaults,
-    parse_recipe,
-    render,
-    validate_inputs,
-)
+from recipes.cluster import cluster_defaults
+from recipes.document import parse_recipe
+from recipes.inputs import input_defaults, validate_inputs
+from recipes.render import render
+from recipes.types import RecipeError
 from tests.recipes.helpers import with_header
 
 INPUTS = """\

@@ -1,4 +1,4 @@
-"""Where values land in a rendered script (obleth.core.recipe_shell): the lexer's contexts, the
+"""Where values land in a rendered script (recipes.shell): the lexer's contexts, the
 quoted variables, the refusals, and what bash really receives in each context."""
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
-from obleth.core.recipe_shell import (
+from recipes.document import parse_recipe
+from recipes.inputs import validate_inputs
+from recipes.render import render
+from recipes.shell import (
     ARITH,
     BARE,
     DQ,
@@ -21,7 +24,7 @@ from obleth.core.recipe_shell import (
     token_contexts,
     value_problem,
 )
-from obleth.core.recipes import _TOKEN_RE, RecipeError, parse_recipe, render, validate_inputs
+from recipes.types import _TOKEN_RE, RecipeError
 from tests.recipes.helpers import with_header
 
 CONTEXT_TABLE = [

@@ -1,8 +1,8 @@
 """The bash canary: no library recipe ever runs a value (issue 7, part 3).
 
-Every library recipe (``recipes/*.recipe``) is rendered with every hostile value below in every
-``text`` and ``path`` input and in the API model name. A render that is accepted is then run for
-real with ``bash`` in a temporary folder, and the test checks that
+Every library recipe (``recipes/library/*.recipe``) is rendered with every hostile value below in
+every ``text`` and ``path`` input and in the API model name. A render that is accepted is then run
+for real with ``bash`` in a temporary folder, and the test checks that
 
 - no file named ``CANARY`` appears anywhere under that folder (each hostile value tries to
   create one: command substitution, backticks, quote breaking, ``;``, ``|``, ``&``,
@@ -52,21 +52,15 @@ from django.core.management import CommandError, call_command
 
 from obleth.core import validators
 from obleth.core.models import ManagedSpec, Model
-from obleth.core.recipe_shell import BARE, token_contexts
-from obleth.core.recipes import (
-    _TOKEN_RE,
-    ParsedRecipe,
-    RecipeError,
-    deploy,
-    input_defaults,
-    library_recipes,
-    lift_sbatch,
-    lift_sbatch_lines,
-    render,
-    validate_inputs,
-)
+from recipes.deploy.spec import deploy
+from recipes.inputs import input_defaults, validate_inputs
+from recipes.library import library_recipes
+from recipes.render import render
+from recipes.sbatch import lift_sbatch, lift_sbatch_lines
+from recipes.shell import BARE, token_contexts
+from recipes.types import _TOKEN_RE, ParsedRecipe, RecipeError
 
-LIBRARY = Path(settings.BASE_DIR) / "recipes"
+LIBRARY = Path(settings.BASE_DIR) / "recipes" / "library"
 RECIPES = {item.slug: item.parsed for item in library_recipes(LIBRARY) if item.parsed is not None}
 SBATCH_LINE = "#SBATCH --account=x --qos=y --gres=gpu:8 --nodes=4"
 

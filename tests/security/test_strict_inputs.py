@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db
 
 API = "/api/v1"
 MB = 1024 * 1024
-DEMO_RECIPE = Path(django_settings.BASE_DIR) / "recipes" / "test-engine.recipe"
+DEMO_RECIPE = Path(django_settings.BASE_DIR) / "recipes" / "library" / "test-engine.recipe"
 GOOD_RECIPE = "---\nname: tiny\nengine: custom\nport: 8000\n---\n#!/bin/bash\necho hi\n"
 SPEC = {
     "partition": "debug",

@@ -1,6 +1,6 @@
 """How a recipe's values land in its batch script without ever being run as shell.
 
-The one rule (see also :mod:`obleth.core.recipes`): **a substituted value is data, never code.**
+The one rule (see also :mod:`recipes`): **a substituted value is data, never code.**
 
 - A value made only of inert characters (letters, digits and ``_ @ % + = : , . / -``) is written
   into the script as it is, wherever its token sits: such text means the same thing in every

@@ -83,7 +83,7 @@ def engines_for(
 
 
 def _library() -> list[tuple[str, str, set[str]]]:
-    from obleth.core.recipes import library_recipes
+    from recipes.library import library_recipes
 
     return [
         (item.slug, item.parsed.engine, {i.name for i in item.parsed.inputs})

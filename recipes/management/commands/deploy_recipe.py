@@ -1,5 +1,5 @@
 """manage.py deploy_recipe: review (--dry-run) or deploy a recipe, through the deploy service
-(:mod:`obleth.core.deploy_service`, the same path as POST /api/v1/deployments)."""
+(:mod:`recipes.deploy.service`, the same path as POST /api/v1/deployments)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from obleth.core import deploy_service
+        from recipes.deploy import service as deploy_service
 
         if options["if_missing"] and Model.objects.filter(name=options["name"]).exists():
             return

@@ -28,7 +28,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from obleth.core.deploy_checks import format_mb, format_minutes
+from recipes.deploy.checks import format_mb, format_minutes
 
 __all__ = [
     "LONG_PENDING",

@@ -1,6 +1,6 @@
 """The deploy request: its fields, the overrides it takes and how they map onto a managed spec.
 
-Part of the deploy service (:mod:`obleth.core.deploy_service`, its interface)."""
+Part of the deploy service (:mod:`recipes.deploy.service`, its interface)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from obleth.core.recipe_shell import value_problem
-from obleth.core.recipes import MAX_RECIPE_CHARS
+from recipes.header import MAX_RECIPE_CHARS
+from recipes.shell import value_problem
 
 __all__ = [
     "OVERRIDES",

@@ -1,6 +1,6 @@
 """POST /api/v1/deployments: review (``dry_run``) or launch a recipe as a Slurm-hosted model.
 
-A thin view over :mod:`obleth.core.deploy_service` (the one deploy path; its docstring is the
+A thin view over :mod:`recipes.deploy.service` (the one deploy path; its docstring is the
 interface). Permissions: ``core.deploy`` (+ ``core.add_model``, ``core.add_managedspec``);
 an edited ``script`` is shell, so it needs ``core.change_launch_script``; ``save_as_recipe``
 needs ``core.add_recipe``. A dry run writes nothing and answers 200; a launch answers 201 with
@@ -19,8 +19,8 @@ from rest_framework.response import Response
 
 from obleth.api.permissions import CheckedPermission
 from obleth.api.serializers import ManagedSpecSerializer, ModelSerializer, RecipeSerializer
-from obleth.core import deploy_service
 from obleth.core.models import Model
+from recipes.deploy import service as deploy_service
 
 
 class DeployPermission(CheckedPermission):

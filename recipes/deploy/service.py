@@ -11,9 +11,9 @@ Interface
     Everything a launch would do, nothing written: the spec's script and the full job script,
     the exact JSON body for slurmrestd (``Review.slurm``: API version, path, body; secrets
     masked), each value with its source, the checks against the cluster
-    (:mod:`obleth.core.deploy_checks`, from discovery cached ``DISCOVERY_MAX_AGE`` seconds; the
+    (:mod:`recipes.deploy.checks`, from discovery cached ``DISCOVERY_MAX_AGE`` seconds; the
     age is in ``Review.discovery``), the suggestions learned from past launches
-    (:mod:`obleth.core.deploy_learned`) and every warning. A request that cannot be rendered
+    (:mod:`recipes.deploy.learned`) and every warning. A request that cannot be rendered
     (an unknown recipe, a bad input, a taken name...) raises ``ValidationError`` naming the
     field; a refusal by a cluster check is in ``Review.refusals`` (``Review.ok`` is False).
 
@@ -26,7 +26,7 @@ Interface
 
 Request fields: ``name`` (the model name clients send), one of ``recipe`` (a saved recipe's
 id), ``library`` (a library file's slug) or ``hf_repo`` (a Hugging Face repo id: the library
-recipe for its files is preselected, :mod:`obleth.core.deploy_hf`), ``inputs``
+recipe for its files is preselected, :mod:`recipes.deploy.hf`), ``inputs``
 (input name -> value), ``overrides`` (:data:`OVERRIDES`), ``script`` (an edited batch script;
 the caller checks ``core.change_launch_script``), ``dry_run`` and ``save_as_recipe`` (a name).
 
@@ -44,8 +44,8 @@ overrides to merge when picked), ``script`` and ``slurm.body`` side by side, ``w
 ``save_as_recipe`` (the document "Also save as recipe" writes). Launch calls ``deploy`` with
 the same request; ``deployment_stage(model)`` says ``staged`` or ``serving`` afterwards. The
 caller checks permissions (``core.deploy``; ``core.change_launch_script`` for ``script``;
-``core.add_recipe`` for ``save_as_recipe``), as :class:`obleth.api.deploy.DeployPermission` does.
-Library recipes are listed by :func:`obleth.core.recipes.library_recipes`.
+``core.add_recipe`` for ``save_as_recipe``), as :class:`recipes.api.DeployPermission` does.
+Library recipes are listed by :func:`recipes.library.library_recipes`.
 """
 
 from __future__ import annotations
@@ -60,11 +60,10 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from obleth.core import deploy_checks as checks
-from obleth.core import deploy_learned as learned
-from obleth.core import deploy_reads as reads
-from obleth.core.deploy_reads import DISCOVERY_MAX_AGE, cached_resources
-from obleth.core.deploy_request import (
+from obleth.core.models import Launch, ManagedSpec, Model, Recipe, SlurmSettings
+from recipes.deploy import checks, learned, reads
+from recipes.deploy.reads import DISCOVERY_MAX_AGE, cached_resources
+from recipes.deploy.request import (
     OVERRIDES,
     REQUEST_FIELDS,
     DeployRequest,
@@ -73,8 +72,9 @@ from obleth.core.deploy_request import (
     request_key,
     spec_overrides,
 )
-from obleth.core.models import Launch, ManagedSpec, Model, Recipe, SlurmSettings
-from obleth.core.recipes import lift_sbatch, parse_recipe, prepare_deploy, save_deploy
+from recipes.deploy.spec import prepare_deploy, save_deploy
+from recipes.document import parse_recipe
+from recipes.sbatch import lift_sbatch
 
 __all__ = [
     "DISCOVERY_MAX_AGE",
@@ -499,7 +499,7 @@ def _masked_env(value: Any, secret_names: frozenset[str]) -> Any:
 def _saved_body(review: Review, request: DeployRequest) -> str:
     """The recipe document the operator's settings make: the source's header with the values
     they gave (inputs become defaults), and the script they edited."""
-    from obleth.core.recipes import _split_document, normalize_newlines  # same package
+    from recipes.header import _split_document, normalize_newlines
 
     header_text, script, _, _ = _split_document(normalize_newlines(review.recipe_text))
     header = yaml.safe_load(header_text) or {}

@@ -1,7 +1,7 @@
 """What the deploy service reads: the recipe named by a request, cluster discovery (cached, with
 its age) and the recipe's past launches.
 
-Part of the deploy service (:mod:`obleth.core.deploy_service`, its interface)."""
+Part of the deploy service (:mod:`recipes.deploy.service`, its interface)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 
-from obleth.core import deploy_checks as checks
-from obleth.core import deploy_learned as learned
-from obleth.core.deploy_request import DeployRequest
 from obleth.core.models import Launch, ManagedSpec, Recipe, Replica, SlurmSettings
-from obleth.core.recipes import RecipeError, find_library_recipe, parse_recipe
+from recipes.deploy import checks, learned
+from recipes.deploy.request import DeployRequest
+from recipes.document import parse_recipe
+from recipes.library import find_library_recipe
+from recipes.types import RecipeError
 
 __all__ = [
     "DISCOVERY_MAX_AGE",
@@ -163,7 +164,7 @@ def from_hugging_face(request: DeployRequest, token: str) -> tuple[DeployRequest
     repo's files (its ``model`` input set to the repo unless the request gives it), and what the
     hub said. A repo the hub cannot read, or no recipe for its engines, is a ValidationError on
     ``hf_repo`` saying why: then the operator picks the recipe by hand."""
-    from obleth.core.deploy_hf import read_repo
+    from recipes.deploy.hf import read_repo
 
     assert request.hf_repo is not None
     repo = read_repo(request.hf_repo, token=token)
