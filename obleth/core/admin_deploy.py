@@ -80,18 +80,20 @@ def _messages(exc: ValidationError) -> dict[str, list[str]]:
 
 
 def _chooser(
-    request: HttpRequest, *, errors: list[str] | None = None, status: int = 200
+    request: HttpRequest,
+    *,
+    errors: list[str] | None = None,
+    status: int = 200,
+    key: str = "",
+    hf_repo: str = "",
 ) -> HttpResponse:
-    return TemplateResponse(
-        request,
-        TEMPLATE,
-        {
-            **_base_context(request),
-            "choices": deploy_form.recipe_choices(),
-            "source_errors": errors,
-        },
-        status=status,
-    )
+    """The recipe list alone (what was asked for is kept in it)."""
+    context = {
+        **_base_context(request),
+        "source_errors": errors,
+        "state": pageform.PageState(source=key, hf_repo=hf_repo),
+    }
+    return TemplateResponse(request, TEMPLATE, context, status=status)
 
 
 def _base_context(request: HttpRequest) -> dict[str, Any]:
@@ -201,6 +203,8 @@ def _render(
     review_context: dict[str, Any] = {}
     if review is not None:
         body = review.slurm.get("body")
+        if isinstance(body, dict) and "script" in body:  # the job's fields first, its script last
+            body = {**{k: v for k, v in body.items() if k != "script"}, "script": body["script"]}
         review_context = {
             "review": review,
             "slurm_json": json.dumps(body, indent=2, sort_keys=False) if body is not None else "",
@@ -270,7 +274,7 @@ def _start_page(request: HttpRequest, key: str, hf_repo: str) -> HttpResponse:
         start = deploy_form.start(draft)
     except ValidationError as exc:
         texts = [t for v in _messages(exc).values() for t in v]
-        return _chooser(request, errors=texts, status=400)
+        return _chooser(request, errors=texts, status=400, key=key, hf_repo=hf_repo)
     name = request.GET.get("name", "").strip() or deploy_form.suggested_name(
         hf_repo or start.parsed.api_model_name
     )

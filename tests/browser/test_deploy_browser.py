@@ -160,13 +160,23 @@ def test_the_form_follows_the_partition_and_marks_changes(
     assert page.input_value("#dp-ov-replicas") == "2"
     assert page.input_value("#dp-ov-account-list") == "ml"
 
+    # Over gpu's MaxTime: refused, named on the review and on the field; Launch is not offered.
+    page.fill("#dp-ov-time_limit", "3-00:00:00")
     page.click("#dp-review-button")
     page.wait_for_selector("#dp-review")
+    expect(page.locator("#dp-refusals")).to_contain_text("Walltime (time_limit): Walltime")
+    expect(page.locator('ul.errorlist[data-field="ov.time_limit"]')).to_contain_text("MaxTime")
+    assert page.locator("#dp-launch").is_disabled()
+    shot(page, "form-4-refused", panel="#dp-review", folder=SHOTS)
+    page.fill("#dp-ov-time_limit", "2:00:00")
+    page.keyboard.press("Enter")  # Enter reviews (the form's first button), never launches
+    page.wait_for_selector("#dp-review.dp-review-ok")
+    assert not Model.objects.exists()
     assert "ready to launch" in page.inner_text("#dp-review")
     body = json.loads(page.inner_text("#dp-json"))
     assert body["job"]["partition"] == "gpu" and body["job"]["account"] == "ml"
     assert body["script"] == page.inner_text("#dp-script-out")
-    shot(page, "form-4-review", panel="#dp-review", folder=SHOTS)
+    shot(page, "form-5-review", panel="#dp-review", folder=SHOTS)
     page.click("#dp-launch")
     page.wait_for_url("**/admin/core/model/*/change/")
     model = Model.objects.get(name="browser-demo")
@@ -174,7 +184,7 @@ def test_the_form_follows_the_partition_and_marks_changes(
     assert (spec.partition, spec.account, spec.target_replicas) == ("gpu", "ml", 2)
     assert "Deployed browser-demo" in page.inner_text("#content-start, .messagelist")
     page.wait_for_selector("#ck-replicas")
-    shot(page, "form-5-model-page", panel="", folder=SHOTS)
+    shot(page, "form-6-model-page", panel="", folder=SHOTS)
     assert not csp_problems(console), console
 
 
