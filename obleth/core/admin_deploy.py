@@ -390,15 +390,7 @@ def _post(request: HttpRequest) -> HttpResponse:
             review = deploy_service.plan_deployment(deploy_request)
         except ValidationError as exc:
             return again(errors=_messages(exc), status=400)
-        given_inputs, given_overrides = set(state.given_inputs()), set(state.given_overrides())
-        newer = pageform.Base.of(review.values, review.inputs, parsed, parsed.script)
-        state.base = state.base.updated(newer, given_inputs, given_overrides)
-        for key, (value, _) in state.base.inputs.items():
-            if key not in given_inputs:
-                state.inputs[key] = value
-        for key, (value, _) in state.base.overrides.items():
-            if key not in given_overrides:
-                state.overrides[key] = value
+        state.rebase(pageform.Base.of(review.values, review.inputs, parsed, parsed.script))
         options.update(review.options)
         return again(
             review=review,

@@ -266,6 +266,18 @@ class PageState:
             return "you"
         return self.base.overrides.get(key, ("", ""))[1]
 
+    def rebase(self, newer: Base) -> None:
+        """After a plan: the fields the operator did not change take the plan's values and
+        sources (a free port range, a learned account...); the changed ones stay as typed."""
+        given_inputs, given_overrides = set(self.given_inputs()), set(self.given_overrides())
+        self.base = self.base.updated(newer, given_inputs, given_overrides)
+        for key, (value, _) in self.base.inputs.items():
+            if key not in given_inputs:
+                self.inputs[key] = value
+        for key, (value, _) in self.base.overrides.items():
+            if key not in given_overrides:
+                self.overrides[key] = value
+
     def apply(self, overrides: Mapping[str, Any]) -> None:
         """Merge a picked suggestion's overrides into the fields."""
         for key, value in overrides.items():

@@ -164,6 +164,22 @@ def test_a_key_left_out_of_the_yaml_keeps_its_value_without_changes() -> None:
     assert pf.request_data(state, dry_run=True)["overrides"] == {"replicas": "5"}
 
 
+def test_a_plan_updates_the_unchanged_fields_only() -> None:
+    state = fresh()
+    state.overrides["replicas"] = "1"
+    newer = dict(VALUES)
+    newer["serving_port"] = {"value": 18016, "source": "free range"}
+    newer["replicas"] = {"value": 1, "source": "you"}
+    newer["account"] = {"value": "ml", "source": "learned"}
+    state.rebase(pf.Base.of(newer, INPUTS, PARSED, PARSED.script))
+    assert state.overrides["serving_port"] == "18016"
+    assert state.source_of_override("serving_port") == "free range"
+    assert state.source_of_override("account") == "learned"
+    # replicas stays the operator's: its base is still the recipe's 2.
+    assert state.base.overrides["replicas"] == ("2", "recipe")
+    assert pf.request_data(state, dry_run=True)["overrides"] == {"replicas": "1"}
+
+
 def test_the_digest_tells_a_changed_request() -> None:
     state = fresh()
     reviewed = pf.digest(pf.request_data(state, dry_run=True))
