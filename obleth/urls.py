@@ -4,6 +4,7 @@ from django.urls import include, path
 from obleth.core.admin_health import model_health_view
 from obleth.health import healthz
 from provisioner.metrics import metrics_view
+from recipes.admin_deploy import deploy_urls
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
@@ -14,6 +15,7 @@ urlpatterns = [
         admin.site.admin_view(model_health_view),
         name="core_model_health",
     ),
+    *deploy_urls(),  # New deployment, the library recipe list
     path("admin/", admin.site.urls),
     path("api/", include("obleth.api.urls")),
     path("v1/", include("obleth.gateway.urls")),

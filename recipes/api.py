@@ -21,17 +21,13 @@ from obleth.api.permissions import CheckedPermission
 from obleth.api.serializers import ManagedSpecSerializer, ModelSerializer, RecipeSerializer
 from obleth.core.models import Model
 from recipes.deploy import service as deploy_service
+from recipes.deploy.request import permissions_needed
 
 
 class DeployPermission(CheckedPermission):
     def required(self, request: Request, view: Any) -> list[str]:
-        needed = ["core.deploy", "core.add_model", "core.add_managedspec"]
         data = request.data if isinstance(request.data, dict) else {}
-        if data.get("script") is not None:
-            needed.append("core.change_launch_script")
-        if data.get("save_as_recipe") not in (None, "") and not data.get("dry_run"):
-            needed.append("core.add_recipe")
-        return needed
+        return permissions_needed(data)
 
 
 class DeployView(GenericAPIView[Model]):

@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString
 from obleth.core import services
 from obleth.core import validators as v
 from obleth.core.admin_cockpit import cockpit_context, cockpit_urls
+from obleth.core.admin_slurm_off import ConfirmSlurmOffMixin
 from obleth.core.choices import STATE_COLOURS, HostingMode, ReplicaState
 from obleth.core.models import (
     Alert,
@@ -806,7 +807,7 @@ class SlurmSettingsForm(KeepSecretFormMixin, forms.ModelForm):
 
 
 @admin.register(SlurmSettings)
-class SlurmSettingsAdmin(KeepSecretAdminMixin, admin.ModelAdmin):
+class SlurmSettingsAdmin(ConfirmSlurmOffMixin, KeepSecretAdminMixin, admin.ModelAdmin):
     """A singleton: the list goes straight to the one row; no add, no delete."""
 
     form = SlurmSettingsForm

@@ -19,6 +19,7 @@ __all__ = [
     "OVERRIDES",
     "REQUEST_FIELDS",
     "DeployRequest",
+    "permissions_needed",
     "renamed",
     "request_from_data",
     "request_key",
@@ -65,6 +66,19 @@ _RECIPE_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 
 
 # ----------------------------------------------------------------------------- the request
+
+
+def permissions_needed(data: Mapping[str, Any]) -> list[str]:
+    """The permissions a deploy request body needs: ``core.deploy`` (+ adding the model and its
+    spec); an edited ``script`` is shell (``core.change_launch_script``); saving a recipe
+    (``save_as_recipe`` on a launch) needs ``core.add_recipe``. The API and the admin page
+    check the same list."""
+    needed = ["core.deploy", "core.add_model", "core.add_managedspec"]
+    if data.get("script") is not None:
+        needed.append("core.change_launch_script")
+    if data.get("save_as_recipe") not in (None, "") and not data.get("dry_run"):
+        needed.append("core.add_recipe")
+    return needed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +223,8 @@ def request_key(key: str) -> str:
         return f"overrides.{_SPEC_TO_REQUEST[base]}"
     if base == "target_replicas":
         return "overrides.replicas"
+    if base in ("gpus", "env"):  # a check's field (gpus: the fit check) is the request's name
+        return f"overrides.{key}"
     return key
 
 

@@ -30,7 +30,8 @@ recipe for its files is preselected, :mod:`recipes.deploy.hf`), ``inputs``
 (input name -> value), ``overrides`` (:data:`OVERRIDES`), ``script`` (an edited batch script;
 the caller checks ``core.change_launch_script``), ``dry_run`` and ``save_as_recipe`` (a name).
 
-Sources: ``recipe`` (the recipe's header or its ``#SBATCH`` lines), ``cluster default`` (the
+Sources: ``recipe`` (the recipe's header or its ``#SBATCH`` lines), ``hugging face`` (an input
+filled from ``hf_repo``), ``cluster default`` (the
 Slurm connection's Cluster defaults, or the cluster's default partition when nothing names
 one), ``learned`` (every recent launch of the recipe used it), ``you`` (the request),
 ``not set`` (Slurm's own default applies).
@@ -39,7 +40,9 @@ For a form (the admin deploy page): build a :class:`DeployRequest` from the form
 ``request_from_data`` from its YAML/JSON), call ``plan_deployment`` for the Review step and
 show ``Review.as_dict()``: ``values``/``inputs`` (value + source per field), ``checks`` (the
 partition's fit and idle fitting nodes are in the ``facts`` of the fit check; ``valid`` lists
-what a refused field accepts), ``suggestions`` (each with ``evidence`` and the ``apply``
+what a refused field accepts), ``options`` (every partition with its fit and idle fitting
+nodes, the accounts the partition takes, the QoS the account may use:
+:mod:`recipes.deploy.options`), ``suggestions`` (each with ``evidence`` and the ``apply``
 overrides to merge when picked), ``script`` and ``slurm.body`` side by side, ``warnings``,
 ``save_as_recipe`` (the document "Also save as recipe" writes). Launch calls ``deploy`` with
 the same request; ``deployment_stage(model)`` says ``staged`` or ``serving`` afterwards. The
@@ -62,6 +65,7 @@ from django.db import IntegrityError, transaction
 
 from obleth.core.models import Launch, ManagedSpec, Model, Recipe, SlurmSettings
 from recipes.deploy import checks, learned, reads
+from recipes.deploy import options as deploy_options
 from recipes.deploy.reads import DISCOVERY_MAX_AGE, cached_resources
 from recipes.deploy.request import (
     OVERRIDES,
@@ -119,6 +123,7 @@ class Review:
     notes: list[str]
     spec: ManagedSpec = dataclasses.field(repr=False)
     model: Model = dataclasses.field(repr=False)
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
     recipe_text: str = dataclasses.field(repr=False, default="")
     recipe_row: Recipe | None = dataclasses.field(repr=False, default=None)
     saved_recipe: dict[str, str] | None = None  # name and body "Also save as recipe" writes
@@ -144,6 +149,7 @@ class Review:
             "refusals": self.refusals,
             "discovery": self.discovery,
             "notes": self.notes,
+            "options": self.options,
             "save_as_recipe": self.saved_recipe,
         }
 
@@ -220,8 +226,11 @@ def plan_deployment(
     """The review of a deploy: see the module docstring. Writes nothing."""
     slurm = slurm or SlurmSettings.load()
     hub: dict[str, Any] | None = None
+    hub_inputs: set[str] = set()
     if request.hf_repo:
+        given_inputs = set(request.inputs)
         request, hub = reads.from_hugging_face(request, slurm.hf_token)
+        hub_inputs = set(request.inputs) - given_inputs
     text, row, source = reads.recipe_of(request)
     if hub is not None:
         source = {**source, "kind": "hugging face", "hf_repo": hub["repo_id"], "hub": hub}
@@ -355,6 +364,9 @@ def plan_deployment(
         }
         for name, value in (launcher.get("inputs") or {}).items()
     }
+    for name in hub_inputs:  # filled from the repo (the operator did not give them)
+        if name in inputs:
+            inputs[name]["source"] = "hugging face"
     discovery = {
         **age,
         "api_version": str(resources.get("api_version") or ""),
@@ -377,6 +389,7 @@ def plan_deployment(
         notes=notes,
         spec=spec,
         model=model,
+        options=deploy_options.form_options(ask, cluster),
         recipe_text=text,
         recipe_row=row,
     )

@@ -1,7 +1,8 @@
 """A real browser for the admin pages: Debian's headless chromium driven by Playwright.
 
 No browser is downloaded: Playwright launches /usr/bin/chromium. Tests are skipped when it or
-Playwright is missing. Screenshots go to var/screenshots/ (gitignored).
+Playwright is missing. Screenshots go to var/screenshots/ (gitignored), or to the folder a test
+names (the deploy page's: tests/browser/artifacts/deploy/, gitignored too).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 
 @pytest.fixture
@@ -48,10 +50,12 @@ def browser_page() -> Iterator[Any]:
             browser.close()
 
 
-def shot(page: Any, name: str, panel: str = "#obleth-cockpit") -> Path:
+def shot(page: Any, name: str, panel: str = "#obleth-cockpit", folder: Path | None = None) -> Path:
     """The whole page, and the panel alone (``<name>-panel.png``) to read it closely."""
-    path = SCREENSHOTS / f"{name}.png"
+    where = folder or SCREENSHOTS
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     if panel and page.locator(panel).count():
-        page.locator(panel).screenshot(path=str(SCREENSHOTS / f"{name}-panel.png"))
+        page.locator(panel).first.screenshot(path=str(where / f"{name}-panel.png"))
     return path

@@ -473,3 +473,21 @@ def test_learning_reads_only_this_recipes_launches(
     ).json()
     assert theirs["values"]["account"] == {"value": "ml", "source": "learned"}
     assert theirs["suggestions"][0]["applied"] is True
+
+
+def test_too_many_gpus_is_refused_on_the_gpus_field_with_the_options(
+    admin: APIClient, slurm_on: SlurmSettings
+) -> None:
+    review = admin.post(
+        URL, body(overrides={"partition": "gpu", "account": "ml", "gpus": 8}), format="json"
+    ).json()
+    assert review["ok"] is False
+    assert list(review["refusals"]) == ["overrides.gpus"]
+    assert "8 GPUs on one node and 0 nodes fit" in review["refusals"]["overrides.gpus"][0]
+    # The review lists what the form may offer: no partition fits 8 GPUs.
+    assert [(p["name"], p["fits"]) for p in review["options"]["partitions"]] == [
+        ("cpu", False),
+        ("gpu", False),
+        ("tiny", False),
+    ]
+    assert review["options"]["accounts"] == ["ml", "ops"]

@@ -136,6 +136,30 @@ def test_a_gguf_repo_preselects_ollama(admin: APIClient, hub: list[dict[str, Any
     assert data["source"]["hub"]["gated"] is True
     assert data["inputs"]["model"] == {
         "value": "hf.co/bartowski/SmolLM2-135M-Instruct-GGUF",
+        "source": "hugging face",  # filled from the repo, not typed
+    }
+
+
+def test_a_model_input_given_with_the_repo_is_the_operators(
+    admin: APIClient, hub: list[dict[str, Any]]
+) -> None:
+    slurm = SlurmSettings.load()
+    slurm.images = {"ollama": "/img/ollama.sif"}
+    slurm.cache_dir = "/scratch/cache"
+    slurm.save()
+    data = admin.post(
+        URL,
+        {
+            "hf_repo": "bartowski/SmolLM2-135M-Instruct-GGUF",
+            "name": "g",
+            "dry_run": True,
+            "inputs": {"model": "hf.co/bartowski/SmolLM2-135M-Instruct-GGUF:Q8_0"},
+            "overrides": {"partition": "cpu"},
+        },
+        format="json",
+    ).json()
+    assert data["inputs"]["model"] == {
+        "value": "hf.co/bartowski/SmolLM2-135M-Instruct-GGUF:Q8_0",
         "source": "you",
     }
 
