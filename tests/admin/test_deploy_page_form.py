@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from recipes import admin_deploy_form as pf
 from recipes.document import parse_recipe
 
-PARSED = parse_recipe(Path(settings.BASE_DIR, "recipes", "library", "test-engine.recipe").read_text())
+PARSED = parse_recipe(
+    Path(settings.BASE_DIR, "recipes", "library", "test-engine.recipe").read_text()
+)
 VALUES = {
     key: {"value": value, "source": source}
     for key, value, source in [

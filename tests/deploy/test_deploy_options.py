@@ -167,7 +167,9 @@ def test_the_start_values_are_the_plans(slug: str, monkeypatch: pytest.MonkeyPat
     data = cluster()
     data["partitions"][1]["is_default"] = True
     monkeypatch.setattr("obleth.core.services.discover_resources", lambda s, **kw: data)
-    parsed = parse_recipe(Path(settings.BASE_DIR, "recipes", "library", f"{slug}.recipe").read_text())
+    parsed = parse_recipe(
+        Path(settings.BASE_DIR, "recipes", "library", f"{slug}.recipe").read_text()
+    )
     needed = {k: v for k, v in NEEDED.items() if parsed.input(k) and not parsed.input(k).default}
     request = DeployRequest(name=f"start-{slug}", library=slug, inputs=needed, dry_run=True)
     start = deploy_form.start(request)

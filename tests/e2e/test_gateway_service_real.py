@@ -68,7 +68,7 @@ def test_openai_client_streams_through_the_gateway_while_a_replica_is_cancelled(
                 chunks = client.chat.completions.create(
                     model="smollm2",
                     messages=[{"role": "user", "content": "Name a colour."}],
-                    max_tokens=8,
+                    max_tokens=48,  # long enough that streams are in flight at the cancel
                     temperature=0,
                     stream=True,
                 )
@@ -78,8 +78,11 @@ def test_openai_client_streams_through_the_gateway_while_a_replica_is_cancelled(
             except Exception as exc:  # any failure is what this test counts
                 outcomes.append(f"{type(exc).__name__}: {exc}")
 
-    loader = threading.Thread(target=stream_loop)
-    loader.start()
+    # Two callers, so both replicas have a stream in flight when one is cancelled: its server
+    # drains it (obleth_serve) while the pass takes the replica out of routing.
+    loaders = [threading.Thread(target=stream_loop) for _ in range(2)]
+    for loader in loaders:
+        loader.start()
     try:
         deadline = time.monotonic() + 60
         while len(outcomes) < 5 and time.monotonic() < deadline:
@@ -101,7 +104,8 @@ def test_openai_client_streams_through_the_gateway_while_a_replica_is_cancelled(
         time.sleep(3)  # and streams through the replacement
     finally:
         stop.set()
-        loader.join(timeout=120)
+        for loader in loaders:
+            loader.join(timeout=120)
 
     failures = [o for o in outcomes if o != "ok"]
     assert not failures, f"{len(failures)} of {len(outcomes)} streams failed: {failures[:5]}"

@@ -36,8 +36,9 @@ def render(**overrides: object) -> str:
 def lines_after_block(script: str) -> list[str]:
     """The script's lines with obleth's block (port window, drain) removed, to check the rest."""
     lines = script.split("\n")
-    # the closing brace of obleth_drain, the block's last line
-    end = next(i for i, line in enumerate(lines) if 'kill -INT "$obleth_server_pid"' in line) + 1
+    # the closing brace of obleth_warned, the block's last line
+    warned = lines.index("obleth_warned() {")
+    end = next(i for i in range(warned, len(lines)) if lines[i] == "}")
     block_start = 1 if lines[0].startswith("#!") else 0
     return lines[:block_start] + lines[end + 1 :]
 

@@ -22,8 +22,9 @@ engine and launcher programs - ``apptainer``, ``singularity``, ``srun``, ``modul
 ``python3``/``python``, ``vllm``, ``ollama``, ``sleep`` - are executables put first on PATH that
 only record their argv (NUL-separated, one file per call) and exit 0; ``python -c`` also prints
 a folder so the llama.cpp and infinity scripts carry on. The venv layouts those two scripts check
-(``<path>/bin/python``...) are created at the given path. The one edit made to a rendered script
-before it runs: the test-engine recipe's absolute ``/usr/bin/python3`` is pointed at the python3
+(``<path>/bin/python``...) are created at the given path. The rendered script runs as the
+provisioner submits it (``render_batch_script``: the port window and ``obleth_serve`` on top),
+with one edit: the test-engine recipe's absolute ``/usr/bin/python3`` is pointed at the python3
 stub (PATH cannot shadow an absolute path). Everything else - the rendering, bash, mkdir,
 echo - is real.
 
@@ -52,6 +53,7 @@ from django.core.management import CommandError, call_command
 
 from obleth.core import validators
 from obleth.core.models import ManagedSpec, Model
+from provisioner.script import render_batch_script
 from recipes.deploy.spec import deploy
 from recipes.inputs import input_defaults, validate_inputs
 from recipes.library import library_recipes
@@ -200,7 +202,17 @@ class Run:
 
     def bash(self, script: str) -> subprocess.CompletedProcess[str]:
         job = self.root / "job.sh"
-        job.write_text(script.replace("/usr/bin/python3 ", f"{self.stubs / 'python3'} "))
+        # As the provisioner submits it: the port window and obleth_serve's definition on top.
+        job.write_text(
+            render_batch_script(
+                script_body=script.replace("/usr/bin/python3 ", f"{self.stubs / 'python3'} "),
+                image="",
+                preamble="",
+                launch_command="",
+                port_base=47999,
+                port_span=1,
+            )
+        )
         env = {
             "PATH": f"{self.stubs}:/usr/bin:/bin",
             "HOME": str(self.work),
