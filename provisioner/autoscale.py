@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 
 from provisioner.domain import Autoscale, AutoscaleState, ModelLoad
 
@@ -45,9 +46,10 @@ __all__ = [
 ]
 
 #: A sentence that changed only in its figures ("for 40 s" -> "for 50 s") is written to the spec
-#: at most this often; a change of count or timing is written at once.
+#: at most this often; a change of count, timing or wording is written at once.
 MESSAGE_REFRESH_SECS = 10
 MESSAGE_LIMIT = 480
+_FIGURES = re.compile(r"\d+")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -258,11 +260,18 @@ def _timing(state: AutoscaleState) -> tuple[object, ...]:
     )
 
 
+def _skeleton(message: str) -> str:
+    return _FIGURES.sub("#", message)
+
+
 def record_due(before: AutoscaleState, after: AutoscaleState, now: dt.datetime) -> bool:
-    """Whether the spec must be written: the count or timing changed, or the sentence changed
-    and the one shown is at least ``MESSAGE_REFRESH_SECS`` old."""
+    """Whether the spec must be written: the count or timing changed, the sentence says
+    something else, or only its figures changed and the one shown is at least
+    ``MESSAGE_REFRESH_SECS`` old."""
     if _timing(before) != _timing(after):
         return True
     if before.message == after.message:
         return False
+    if _skeleton(before.message) != _skeleton(after.message):
+        return True
     return before.message_at is None or _secs(now, before.message_at) >= MESSAGE_REFRESH_SECS

@@ -529,7 +529,7 @@ def test_durations_in_words(secs: float, words: str) -> None:
     assert duration(secs) == words
 
 
-def test_the_spec_is_written_on_a_change_and_the_sentence_at_most_every_10_s() -> None:
+def test_the_spec_is_written_on_a_change_and_new_figures_at_most_every_10_s() -> None:
     shown = dataclasses.replace(st(3), message="3 replicas: 40 requests...", message_at=ago(5))
     same_timing_new_words = dataclasses.replace(shown, message="3 replicas: 41 requests...")
     assert not record_due(shown, shown, NOW)  # nothing changed
@@ -540,3 +540,5 @@ def test_the_spec_is_written_on_a_change_and_the_sentence_at_most_every_10_s() -
     assert record_due(shown, pending, NOW)  # timing changed: at once
     never = dataclasses.replace(shown, message_at=None)
     assert record_due(never, same_timing_new_words, NOW)
+    unknown = dataclasses.replace(shown, message="3 replicas: load unknown (...)")
+    assert record_due(shown, unknown, NOW)  # says something else: at once
