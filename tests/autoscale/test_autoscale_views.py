@@ -68,3 +68,14 @@ def test_a_model_at_zero_says_so_and_is_not_down() -> None:
 def test_a_fixed_model_without_endpoints_is_still_unhealthy() -> None:
     model = make_slurm_model(name="fixed-down", spec={"target_replicas": 0, "min_replicas": 0})
     assert model_health(model).status == HealthStatus.UNHEALTHY
+
+
+def test_the_scale_button_of_an_autoscaled_model_says_what_sets_its_count() -> None:
+    from tests.admin.test_cockpit import _act
+
+    model = make_slurm_model(name="auto-button", spec={"min_replicas": 1, "max_replicas": 4})
+    answer = _act(_client("operator"), model, "scale", target_replicas="3")
+    body = answer.json()
+    assert answer.status_code == 400 and not body["ok"], body
+    assert "Autoscaling sets this model's count" in str(body)
+    assert ManagedSpec.objects.get(model=model).target_replicas == 1
