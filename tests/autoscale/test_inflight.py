@@ -18,7 +18,7 @@ from django.conf import settings
 
 from obleth.gateway import inflight
 from obleth.gateway.inflight import InflightCounter, LoadReading, ModelCount, parse_reading
-from provisioner.observe import gateway_load
+from provisioner.observe_load import gateway_load
 
 A = str(uuid.UUID(int=0xA1))
 B = str(uuid.UUID(int=0xB2))
