@@ -327,6 +327,9 @@ OBLETH_GATEWAY_ENDPOINT_MAX_CONCURRENCY = env_int(
     "OBLETH_GATEWAY_ENDPOINT_MAX_CONCURRENCY", 0, minimum=0
 )
 OBLETH_GATEWAY_QUEUE_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_QUEUE_TIMEOUT_SECS", 30, minimum=0)
+# A request for a model scaled to zero is held this long while a replica wakes (then 503 with
+# Retry-After from the measured start time and Slurm's pending reason). 0: answer 503 at once.
+OBLETH_GATEWAY_WAKE_HOLD_SECS = env_int("OBLETH_GATEWAY_WAKE_HOLD_SECS", 120, minimum=0)
 OBLETH_GATEWAY_AFFINITY_HEADER = env_str("OBLETH_GATEWAY_AFFINITY_HEADER")
 OBLETH_GATEWAY_SHUTDOWN_GRACE_SECS = env_int("OBLETH_GATEWAY_SHUTDOWN_GRACE_SECS", 30, minimum=0)
 OBLETH_GATEWAY_ACCESS_LOG = env_bool("OBLETH_GATEWAY_ACCESS_LOG", False)

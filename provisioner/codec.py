@@ -26,6 +26,7 @@ ACTION_TYPES: dict[str, type[Any]] = {
         domain.SetGuard,
         domain.Retire,
         domain.SetTransition,
+        domain.SetAutoscale,
     )
 }
 

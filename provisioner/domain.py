@@ -17,6 +17,8 @@ from provisioner.slurm.types import JobInfo, JobPhase
 __all__ = [
     "Action",
     "Adopt",
+    "Autoscale",
+    "AutoscaleState",
     "Cancel",
     "CancelOrphan",
     "CancelReason",
@@ -28,12 +30,14 @@ __all__ = [
     "JobPhase",
     "Knobs",
     "MarkLost",
+    "ModelLoad",
     "ModelSpec",
     "Promote",
     "ReplicaState",
     "ReplicaView",
     "Retire",
     "ServingLoss",
+    "SetAutoscale",
     "SetGuard",
     "SetTransition",
     "Snapshot",
@@ -93,6 +97,49 @@ class GuardState:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Autoscale:
+    """A model's autoscaling settings (ManagedSpec fields; only when max_replicas is set)."""
+
+    min_replicas: int
+    max_replicas: int
+    target_in_flight: int = 16  # requests in flight per replica aimed at
+    up_delay_secs: int = 60  # the load must stay above this long before a replica is added
+    down_delay_secs: int = 300  # ... and below this long before one is removed
+    zero_after_secs: int = 900  # min_replicas 0: no request for this long -> zero replicas
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AutoscaleState:
+    """What autoscaling decided so far (ManagedSpec.autoscale_* fields, written by the pass).
+
+    ``replicas`` is the decided count (None: not decided yet). ``since`` is when the load
+    started asking for that count, ``changed_at`` when the count last changed. A pending change
+    is ``pending_replicas`` wanted since ``pending_since``: the lowest count the load asked for
+    in that window when scaling up, the highest when scaling down, so the load stayed above
+    (below) it for the whole window. ``idle_since``: no request in flight since then.
+    """
+
+    replicas: int | None = None
+    since: dt.datetime | None = None
+    changed_at: dt.datetime | None = None
+    pending_since: dt.datetime | None = None
+    pending_replicas: int | None = None
+    idle_since: dt.datetime | None = None
+    message: str = ""
+    message_at: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelLoad:
+    """One model's load as the gateways report it (obleth/gateway/inflight.py), summed over
+    the gateway processes alive now."""
+
+    in_flight: int = 0  # requests being relayed or held (waiting for a replica) now
+    last_request_at: dt.datetime | None = None  # the latest request's arrival, any process
+    woken_at: dt.datetime | None = None  # the latest wake signal (a request found no replica)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ModelSpec:
     """Desired state of one Slurm-hosted model (its managed spec), as the planner needs it.
 
@@ -122,6 +169,9 @@ class ModelSpec:
     # SetTransition only when what it decides differs.
     handover_message: str = ""
     rollout_message: str = ""
+    # Autoscaling settings (None: off, target_replicas is the count) and what it decided so far.
+    autoscale: Autoscale | None = None
+    autoscale_state: AutoscaleState = dataclasses.field(default_factory=AutoscaleState)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,6 +269,11 @@ class Snapshot:
     # Replicas whose server announced it is draining (Slurm's warning signal before the job's end
     # or a preemption reached it): handed over at once, as if their end were near.
     drain_signals: frozenset[uuid.UUID] = frozenset()
+    # In-flight requests per model from the gateways (one Redis read per pass). None: unknown
+    # (Redis unreadable, or no gateway process reports): autoscaling keeps its count then, and
+    # ``load_problem`` says why. A model no gateway has seen has no entry (no load).
+    load: dict[uuid.UUID, ModelLoad] | None = None
+    load_problem: str = "the gateways' in-flight counts were not read"
 
 
 # ---------------------------------------------------------------------------------------- actions
@@ -364,6 +419,22 @@ class SetTransition:
     rollout: str  # "" = no rollout in progress or stopped
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetAutoscale:
+    """Record what autoscaling decided on the spec (count, timing, reason); ``change`` says
+    what changed in this pass ("" = only the timing or the sentence) for the log."""
+
+    model_id: uuid.UUID
+    replicas: int | None
+    since: dt.datetime | None
+    changed_at: dt.datetime | None
+    pending_since: dt.datetime | None
+    pending_replicas: int | None
+    idle_since: dt.datetime | None
+    message: str
+    change: str = ""
+
+
 Action = (
     Submit
     | Adopt
@@ -377,4 +448,5 @@ Action = (
     | SetGuard
     | Retire
     | SetTransition
+    | SetAutoscale
 )

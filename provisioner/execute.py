@@ -40,6 +40,7 @@ from provisioner.domain import (
     MarkLost,
     Promote,
     Retire,
+    SetAutoscale,
     SetGuard,
     SetTransition,
     Submit,
@@ -146,6 +147,8 @@ class Executor:
                 return self.retire(action)
             case SetTransition():
                 return self.set_transition(action)
+            case SetAutoscale():
+                return self.set_autoscale(action)
         raise TypeError(f"unknown action {action!r}")
 
     # ------------------------------------------------------------------------------- submit
@@ -519,6 +522,25 @@ class Executor:
         elif action.handover:
             log.info("model %s: %s", name, action.handover)
         return action.handover or action.rollout or "transition cleared"
+
+    def set_autoscale(self, action: SetAutoscale) -> str:
+        """Record what autoscaling decided (the API and the model page show the sentence);
+        a change of count is logged with its reason."""
+        ManagedSpec.objects.filter(pk=action.model_id).update(
+            autoscale_replicas=action.replicas,
+            autoscale_since=action.since,
+            autoscale_changed_at=action.changed_at,
+            autoscale_pending_since=action.pending_since,
+            autoscale_pending_replicas=action.pending_replicas,
+            autoscale_idle_since=action.idle_since,
+            autoscale_message=action.message,
+            autoscale_message_at=self.now() if action.message else None,
+        )
+        if action.change in ("up", "down", "zero", "wake"):
+            spec = self.specs.get(action.model_id)
+            name = spec.model.name if spec is not None else str(action.model_id)
+            log.info("model %s: autoscaled %s: %s", name, action.change, action.message)
+        return action.message or "autoscale cleared"
 
     def cancel_orphan(self, action: CancelOrphan) -> str:
         self.client.cancel(action.job_id)

@@ -25,6 +25,7 @@ from provisioner.domain import (
     JobInfo,
     JobPhase,
     Knobs,
+    ModelLoad,
     ModelSpec,
     ReplicaState,
     ReplicaView,
@@ -33,6 +34,7 @@ from provisioner.domain import (
 )
 from provisioner.handover_window import handover_secs, measured_start_to_serving
 from provisioner.identity import IdentityProof, probe_identity
+from provisioner.observe_load import autoscale_of, autoscale_state_of, gateway_load
 from provisioner.plan import mass_vanish
 from provisioner.probe import ProbeOutcome, ProbeTarget, probe_all
 from provisioner.resolve import NodeResolver
@@ -364,9 +366,16 @@ def observe(
                 ),
                 handover_message=spec.handover_message,
                 rollout_message=spec.rollout_message,
+                autoscale=autoscale_of(spec),
+                autoscale_state=autoscale_state_of(spec),
             )
         )
     known = {s.model_id for s in model_specs}
+    # 2b. The gateways' load, only when some model autoscales (one Redis read).
+    load: dict[uuid.UUID, ModelLoad] | None = None
+    load_problem = ""
+    if any(s.enabled and s.autoscale is not None for s in model_specs):
+        load, load_problem = gateway_load()
     rows_by_model: dict[uuid.UUID, list[Replica]] = defaultdict(list)
     for row in replica_rows:
         rows_by_model[row.model_id].append(row)
@@ -474,6 +483,8 @@ def observe(
         candidate_nodes=candidates,
         serving_losses=serving_losses,
         drain_signals=frozenset(row.id for row in replica_rows if row.drain_signal_at is not None),
+        load=load,
+        load_problem=load_problem or "the gateways' in-flight counts were not read",
     )
     return Observation(
         snapshot=snapshot,

@@ -7,8 +7,8 @@ Output order. Models are planned one at a time: enabled specs in ``snapshot.spec
 the drain groups (models with replicas or provisioner-made endpoints but no enabled spec) in order
 of first appearance. Each model's actions come in this order::
 
-    DeleteEndpoint, Cancel, MarkLost, DeleteReplica, Adopt, Promote, UpdateMessage, SetGuard,
-    Submit
+    DeleteEndpoint, Retire, Cancel, MarkLost, DeleteReplica, Adopt, Promote, UpdateMessage,
+    SetGuard, SetTransition, SetAutoscale, Submit
 
 so that routing stops before jobs are touched, ended jobs are recorded before their replacements
 are submitted, and submits (the slowest and most likely to fail) come last. ``CancelOrphan``
@@ -35,6 +35,11 @@ Replica rules per model (reference section 2.4, plus crash safety and repairs):
   the failed-launch breaker, scale-up with distinct port windows and placement away from nodes
   where the model recently failed, scale-down by rank (queued, loading, serving) then age.
 * Provisioner-made endpoints whose replica is not serving are deleted; hand-made ones never.
+* Autoscaling (``provisioner/autoscale.py``): a spec with ``autoscale`` set gets its count from
+  the gateways' in-flight requests (``snapshot.load``), which replaces ``target_replicas`` for
+  the rest of the model's plan; what it decided is recorded with ``SetAutoscale``. Its
+  scale-down retires serving replicas (out of routing, ``drain_secs`` for in-flight requests,
+  then cancelled) instead of cancelling them at once.
 """
 
 from __future__ import annotations
@@ -49,9 +54,11 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
 from obleth.core.ports import window_bases
+from provisioner import autoscale
 from provisioner.domain import (
     Action,
     Adopt,
+    AutoscaleState,
     Cancel,
     CancelOrphan,
     CancelReason,
@@ -61,11 +68,13 @@ from provisioner.domain import (
     JobInfo,
     JobPhase,
     MarkLost,
+    ModelLoad,
     ModelSpec,
     Promote,
     ReplicaState,
     ReplicaView,
     Retire,
+    SetAutoscale,
     SetGuard,
     SetTransition,
     Snapshot,
@@ -99,13 +108,22 @@ HEALTHY_MESSAGE = "serving"
 _HEALTHY_MESSAGES = frozenset({HEALTHY_MESSAGE, "promoted"})
 
 CANCEL_MESSAGES: dict[CancelReason, str] = {
-    CancelReason.SCALE_DOWN: "scaled down",
+    CancelReason.SCALE_DOWN: "scaled down",  # a drained scale-down: SCALED_DOWN_CANCELLED
     CancelReason.OPERATOR_RESTART: "restart requested",
     CancelReason.PROBE_FAILED: "restarting: failed health probes while job running",
     CancelReason.DRAIN: "draining: the model is no longer provisioned",
     CancelReason.HANDED_OVER: "handed over: drain bound passed, job cancelled",
     CancelReason.ROLLOUT: "rolled out: replaced by the edited spec before it served",
 }
+
+# A serving replica removed by autoscaling leaves routing with this message (then drains); the
+# pass that cancels its job after the drain bound tells it from a handover by the prefix.
+SCALED_DOWN_PREFIX = "scaled down by autoscaling"
+SCALED_DOWN_DRAINING = (
+    SCALED_DOWN_PREFIX + ": draining in-flight requests for up to {secs} s, then its job is "
+    "cancelled"
+)
+SCALED_DOWN_CANCELLED = SCALED_DOWN_PREFIX + ": drain bound passed, job cancelled"
 
 # Slurm end states that are a failed launch even after the replica served.
 FAILURE_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL"})
@@ -137,6 +155,8 @@ RESUME_HINT = (
 )
 _STORM_BACKOFF_BASE_SECS = 15
 _STORM_BACKOFF_MAX_SECS = 300
+
+_NO_LOAD = ModelLoad()  # a model no gateway has seen a request for
 
 # Namespace of the replica ids the planner chooses (uuid5 of model id, pass time and index).
 _REPLICA_NAMESPACE = uuid.UUID("6f1c2d3e-8b4a-5c6d-9e0f-0b1e7a2c4d5f")
@@ -355,6 +375,7 @@ class _Group:
     submits: list[Submit] = dataclasses.field(default_factory=list)
     guard: SetGuard | None = None
     transition: SetTransition | None = None
+    autoscale: SetAutoscale | None = None
 
     def actions(self) -> list[Action]:
         out: list[Action] = []
@@ -382,6 +403,8 @@ class _Group:
             out.append(self.guard)
         if self.transition is not None:
             out.append(self.transition)
+        if self.autoscale is not None:
+            out.append(self.autoscale)
         out.extend(self.submits)
         return out
 
@@ -530,6 +553,8 @@ def lost_since(r: ReplicaView) -> dt.datetime:
 def _plan_replicas(ps: _Pass, g: _Group) -> None:
     s, k = ps.s, ps.k
     spec = g.spec
+    if spec is not None:
+        spec = g.spec = _plan_autoscale(ps, g, spec)
     alive: list[_Alive] = []
     kept_lost = 0
     last_failure = ""
@@ -563,8 +588,12 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                 ps.ended.add(r.id)
                 _release_window(ps, r)
             elif r.drain_deadline is not None and s.now >= r.drain_deadline and job_id:
-                # Handed over: out of routing since Retire; in-flight requests had their bound.
-                _cancel(ps, g, r, job_id, CancelReason.HANDED_OVER, None)
+                # Handed over (or scaled down): out of routing since Retire; in-flight requests
+                # had their bound.
+                if r.last_message.startswith(SCALED_DOWN_PREFIX):
+                    _cancel(ps, g, r, job_id, CancelReason.SCALE_DOWN, None, SCALED_DOWN_CANCELLED)
+                else:
+                    _cancel(ps, g, r, job_id, CancelReason.HANDED_OVER, None)
             continue
 
         if not job_id:
@@ -681,6 +710,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
         )
 
     surplus = len(alive) - target if not rollout_active else 0
+    drains = spec is not None and spec.autoscale is not None and k.drain_secs > 0
     if surplus > 0:
         reason = CancelReason.SCALE_DOWN if spec is not None else CancelReason.DRAIN
         ordered = sorted(alive, key=lambda a: (a.rank, a.replica.created_at, a.replica.id.hex))
@@ -691,6 +721,10 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
                 g.delete_replicas.append(DeleteReplica(r.model_id, r.id, why=why))
                 ps.ended.add(r.id)
                 _release_window(ps, r)
+            elif a.kind is _Kind.JOB and drains and a.rank == _RANK_SERVING and a.endpoint_id:
+                # Autoscaling: out of routing first, in-flight requests finish, then cancelled.
+                message = SCALED_DOWN_DRAINING.format(secs=max(k.drain_secs, 0))
+                _retire(ps, g, r, a.endpoint_id, message)
             elif a.kind is _Kind.JOB:
                 _cancel(ps, g, r, a.job_id, reason, a.endpoint_id)
             # _Kind.UNLISTED: its job id is not known yet; the next pass cancels it.
@@ -826,19 +860,7 @@ def _plan_transitions(
     )
     by_id = {a.replica.id: a for a in alive}
     for r, message in d.retire:
-        a = by_id[r.id]
-        g.retires.append(
-            Retire(
-                model_id=r.model_id,
-                replica_id=r.id,
-                drain_deadline=s.now + dt.timedelta(seconds=max(ps.k.drain_secs, 0)),
-                message=message,
-                endpoint_id=a.endpoint_id,
-            )
-        )
-        if ps.k.port_span > 1:  # like a cancelled row's: its window can be shared (see _Pass)
-            _release_window(ps, r)
-        _ended(ps, g, r.id, a.endpoint_id)
+        _retire(ps, g, r, by_id[r.id].endpoint_id, message)
     for r in d.drop:
         a = by_id[r.id]
         if a.kind is _Kind.RESUBMIT:
@@ -860,6 +882,63 @@ def _plan_transitions(
     counted = [a for a in alive if a.replica.id not in gone and a.replica.id not in d.uncounted]
     extra = [a for a in alive if a.replica.id in d.uncounted and a.replica.id not in gone]
     return counted, extra, d.rollout_active, d.successors_for, d.rollout_submits
+
+
+def _retire(
+    ps: _Pass, g: _Group, r: ReplicaView, endpoint_id: uuid.UUID | None, message: str
+) -> None:
+    """Out of routing now, its job cancelled once ``drain_secs`` have passed (a later pass)."""
+    g.retires.append(
+        Retire(
+            model_id=r.model_id,
+            replica_id=r.id,
+            drain_deadline=ps.s.now + dt.timedelta(seconds=max(ps.k.drain_secs, 0)),
+            message=message,
+            endpoint_id=endpoint_id,
+        )
+    )
+    if ps.k.port_span > 1:  # like a cancelled row's: its window can be shared (see _Pass)
+        _release_window(ps, r)
+    _ended(ps, g, r.id, endpoint_id)
+
+
+def _plan_autoscale(ps: _Pass, g: _Group, spec: ModelSpec) -> ModelSpec:
+    """The spec with autoscaling's count as its target (``provisioner/autoscale.py``), and
+    ``SetAutoscale`` when what it decided must be recorded. A spec whose autoscaling was turned
+    off gets its recorded decision cleared once."""
+    s = ps.s
+    before = spec.autoscale_state
+    cfg = spec.autoscale
+    if cfg is None:
+        if before.replicas is not None or before.message:
+            g.autoscale = _set_autoscale(spec, AutoscaleState(), "off")
+        return spec
+    load = None if s.load is None else s.load.get(spec.model_id, _NO_LOAD)
+    d = autoscale.decide(
+        cfg,
+        before,
+        load,
+        now=s.now,
+        start=spec.target_replicas,
+        load_problem=s.load_problem,
+    )
+    if d.change or autoscale.record_due(before, d.state, s.now):
+        g.autoscale = _set_autoscale(spec, d.state, d.change)
+    return dataclasses.replace(spec, target_replicas=d.replicas)
+
+
+def _set_autoscale(spec: ModelSpec, state: AutoscaleState, change: str) -> SetAutoscale:
+    return SetAutoscale(
+        model_id=spec.model_id,
+        replicas=state.replicas,
+        since=state.since,
+        changed_at=state.changed_at,
+        pending_since=state.pending_since,
+        pending_replicas=state.pending_replicas,
+        idle_since=state.idle_since,
+        message=state.message,
+        change=change,
+    )
 
 
 def _plan_guard(

@@ -12,6 +12,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 
+from provisioner.trigger import PassTrigger
+
 log = logging.getLogger(__name__)
 
 
@@ -64,13 +66,31 @@ def run_loop(
     fast_interval: float | None = None,
     once_hook: Any = None,
     stop: StopFlag | None = None,
+    trigger: PassTrigger | None = None,
 ) -> None:
     """The provisioner without Celery, for small sites: a full pass every ``interval`` seconds,
-    fast passes every ``fast_interval`` seconds in between (0 or None: none), and due endpoint
-    checks. Stops cleanly on SIGTERM after the pass in progress."""
+    fast passes every ``fast_interval`` seconds in between (0 or None: none), a fast pass at once
+    when a gateway asks for one (a request woke a model at zero: ``provisioner/trigger.py``), and
+    due endpoint checks. Stops cleanly on SIGTERM after the pass in progress."""
     from provisioner.reconcile import run_pass
 
     stop = stop or StopFlag()
+    trigger = trigger or PassTrigger()
+    trigger.start()
+    try:
+        _loop(run_pass, interval, fast_interval, once_hook, stop, trigger)
+    finally:
+        trigger.close()
+
+
+def _loop(
+    run_pass: Any,
+    interval: float,
+    fast_interval: float | None,
+    once_hook: Any,
+    stop: StopFlag,
+    trigger: PassTrigger,
+) -> None:
     fast_every = (
         fast_interval
         if fast_interval is not None
@@ -113,6 +133,7 @@ def run_loop(
         if once_hook is not None:
             once_hook(report)
         step = min(fast_every, interval) if fast_every else interval
-        stop.event.wait(
-            max(0.0, min(step - (time.monotonic() - now), next_full - time.monotonic()))
+        trigger.wait(
+            stop.event,
+            max(0.0, min(step - (time.monotonic() - now), next_full - time.monotonic())),
         )

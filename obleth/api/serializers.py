@@ -386,6 +386,32 @@ class ManagedSpecSerializer(StrictFieldsMixin, serializers.ModelSerializer[Manag
         },
         help_text="Seconds before a job's time limit its successor starts; empty: measured.",
     )
+    max_replicas = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        validators=[v.validate_max_replicas],
+        help_text="Autoscale between min_replicas and this many replicas; null: no autoscaling.",
+    )
+    target_in_flight = serializers.IntegerField(
+        required=False,
+        validators=[v.validate_target_in_flight],
+        help_text="Autoscaling aims at this many requests in flight per replica.",
+    )
+    scale_up_delay_secs = serializers.IntegerField(
+        required=False,
+        validators=[v.validate_scale_up_delay_secs],
+        help_text="Seconds the load must stay above the target before a replica is added.",
+    )
+    scale_down_delay_secs = serializers.IntegerField(
+        required=False,
+        validators=[v.validate_scale_down_delay_secs],
+        help_text="Seconds the load must stay below before a replica is drained and removed.",
+    )
+    scale_to_zero_after_secs = serializers.IntegerField(
+        required=False,
+        validators=[v.validate_scale_to_zero_after_secs],
+        help_text="With min_replicas 0: seconds without a request before going to zero.",
+    )
 
     class Meta:
         model = ManagedSpec
@@ -424,9 +450,18 @@ class ManagedSpecSerializer(StrictFieldsMixin, serializers.ModelSerializer[Manag
             "handover_secs",
             "handover_message",
             "rollout_message",
+            "max_replicas",
+            "target_in_flight",
+            "scale_up_delay_secs",
+            "scale_down_delay_secs",
+            "scale_to_zero_after_secs",
+            "autoscale_replicas",
+            "autoscale_message",
             "created_at",
             "updated_at",
         ]
+        # autoscale_replicas: the count autoscaling decided (null: off or not decided yet);
+        # autoscale_message: its reason ("3 replicas: 41 requests in flight for 2 min, ...").
         # handover_message: a walltime handover that needs attention (successor still pending);
         # rollout_message: a make-before-break rollout in progress or stopped ("" = none).
         # breaker_message: why the provisioner stopped launching ("" = it did not), with how to
@@ -440,6 +475,8 @@ class ManagedSpecSerializer(StrictFieldsMixin, serializers.ModelSerializer[Manag
             "storm_since",
             "handover_message",
             "rollout_message",
+            "autoscale_replicas",
+            "autoscale_message",
             "created_at",
             "updated_at",
         ]

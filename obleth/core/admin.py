@@ -60,6 +60,15 @@ PLACEMENT_FIELDS = (
     "exclude",
 )
 # ... and how it is launched.
+# Autoscaling: the count follows the gateway's in-flight requests (empty max_replicas: off).
+AUTOSCALE_FIELDS = (
+    "max_replicas",
+    "target_in_flight",
+    "scale_up_delay_secs",
+    "scale_down_delay_secs",
+    "scale_to_zero_after_secs",
+    "autoscale_message",
+)
 SERVICE_FIELDS = (
     "serving_port",
     "health_path",
@@ -219,9 +228,10 @@ class ManagedSpecInline(admin.StackedInline):
     max_num = 1
     can_delete = True
     verbose_name = "managed spec (Slurm launch)"
-    readonly_fields = ("last_provision_error", "last_provision_error_at")
+    readonly_fields = ("last_provision_error", "last_provision_error_at", "autoscale_message")
     fieldsets = (
         (None, {"fields": ("enabled", "target_replicas", "min_replicas", "max_job_failures")}),
+        ("Autoscaling", {"fields": AUTOSCALE_FIELDS}),
         ("Placement", {"fields": PLACEMENT_FIELDS}),
         ("Service", {"fields": SERVICE_FIELDS}),
         ("Last refused launch", {"fields": ("last_provision_error", "last_provision_error_at")}),
@@ -583,6 +593,7 @@ class ManagedSpecAdmin(ActionPermissions, admin.ModelAdmin):
     readonly_fields = (
         "last_provision_error",
         "last_provision_error_at",
+        "autoscale_message",
         "created_at",
         "updated_at",
     )
@@ -600,6 +611,7 @@ class ManagedSpecAdmin(ActionPermissions, admin.ModelAdmin):
                 )
             },
         ),
+        ("Autoscaling", {"fields": AUTOSCALE_FIELDS}),
         ("Placement", {"fields": PLACEMENT_FIELDS}),
         ("Service", {"fields": SERVICE_FIELDS}),
         (

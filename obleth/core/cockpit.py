@@ -166,6 +166,26 @@ def replica_view(
     }
 
 
+def autoscale_view(spec: ManagedSpec) -> dict[str, Any] | None:
+    """Autoscaling's decision in one line (None: the model does not autoscale)."""
+    if not spec.autoscaled:
+        return None
+    bounds = f"{spec.min_replicas}–{spec.max_replicas}"
+    sentence = spec.autoscale_message or (
+        f"Autoscaling between {bounds} replicas; the provisioner has not decided yet."
+    )
+    return {
+        "replicas": spec.autoscale_replicas,
+        "min_replicas": spec.min_replicas,
+        "max_replicas": spec.max_replicas,
+        "target_in_flight": spec.target_in_flight,
+        "sentence": sentence,
+        "at": _iso(spec.autoscale_message_at),
+        "line": f"Autoscaling ({bounds}, target {spec.target_in_flight} in flight per "
+        f"replica): {sentence}",
+    }
+
+
 def launch_view(launch: Launch) -> dict[str, Any]:
     return {
         "id": str(launch.pk),
@@ -219,6 +239,9 @@ def model_reason(
     serving = [r for r in replicas if r["state"] == ReplicaState.HEALTHY]
     if serving:
         return model.health_message or f"{len(serving)} replica(s) serving."
+    live = [r for r in replicas if r["state"] != ReplicaState.LOST]
+    if spec is not None and spec.autoscaled and spec.autoscale_replicas == 0 and not live:
+        return "Scaled to zero while idle: the next request wakes it."
     lost = [r for r in replicas if r["state"] == ReplicaState.LOST]
     # the most recent loss first: what happened, then what the replacement is doing
     lost.sort(key=lambda r: r["in_state_secs"] if r["in_state_secs"] is not None else 1 << 30)
@@ -299,6 +322,7 @@ def model_panel(model: Model, user: Any = None, now: dt.datetime | None = None) 
                 "stopped": bool(spec.max_job_failures and failures >= spec.max_job_failures),
                 "partition": spec.partition,
                 "submit_cooldown_until": _iso(cooldown_until),
+                "autoscale": autoscale_view(spec),
             }
             if spec is not None
             else None

@@ -69,6 +69,16 @@ def scale(model: Model, user: Any, value: object) -> str:
     spec = ManagedSpec.objects.filter(model=model).first()
     if spec is None:
         raise ValidationError({"target_replicas": "This model has no managed spec to scale."})
+    if spec.autoscaled:
+        raise ValidationError(
+            {
+                "target_replicas": (
+                    f"Autoscaling sets this model's count (between min_replicas "
+                    f"{spec.min_replicas} and max_replicas {spec.max_replicas}): change those "
+                    "in the managed spec, or empty max_replicas to set the count by hand."
+                )
+            }
+        )
     changes: dict[str, Any] = {"target_replicas": count}
     if spec.min_replicas > count > 0:
         changes["min_replicas"] = count  # scaling below the minimum lowers it with it

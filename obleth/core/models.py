@@ -354,6 +354,46 @@ class ManagedSpec(TimestampedModel):
     # attention (successor still pending...) and the make-before-break rollout. "" = none.
     handover_message = models.TextField(blank=True, editable=False)
     rollout_message = models.TextField(blank=True, editable=False)
+    # Autoscaling (provisioner/autoscale.py decides in the pass): empty max_replicas keeps
+    # target_replicas fixed; set, the count follows the gateway's in-flight requests between
+    # min_replicas and max_replicas. min_replicas 0 lets an idle model go to zero replicas; the
+    # next request wakes it (the gateway holds it meanwhile).
+    max_replicas = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[v.validate_max_replicas],
+        help_text="Autoscale up to this many replicas (empty: no autoscaling, target fixed).",
+    )
+    target_in_flight = models.PositiveIntegerField(
+        default=16,
+        validators=[v.validate_target_in_flight],
+        help_text="Autoscaling aims at this many requests in flight per replica.",
+    )
+    scale_up_delay_secs = models.PositiveIntegerField(
+        default=60,
+        validators=[v.validate_scale_up_delay_secs],
+        help_text="The load must stay above the target this long before a replica is added.",
+    )
+    scale_down_delay_secs = models.PositiveIntegerField(
+        default=300,
+        validators=[v.validate_scale_down_delay_secs],
+        help_text="The load must stay below this long before a replica is removed (drained).",
+    )
+    scale_to_zero_after_secs = models.PositiveIntegerField(
+        default=900,
+        validators=[v.validate_scale_to_zero_after_secs],
+        help_text="With min_replicas 0: no request for this long takes the model to zero.",
+    )
+    # Written by the provisioner: the count autoscaling decided (null: not decided yet), the
+    # timing it decides from, and its reason in words ("3 replicas: 41 requests in flight...").
+    autoscale_replicas = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    autoscale_since = models.DateTimeField(null=True, blank=True, editable=False)
+    autoscale_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    autoscale_pending_since = models.DateTimeField(null=True, blank=True, editable=False)
+    autoscale_pending_replicas = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    autoscale_idle_since = models.DateTimeField(null=True, blank=True, editable=False)
+    autoscale_message = models.TextField(blank=True, editable=False)
+    autoscale_message_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = "managed spec"
@@ -366,6 +406,17 @@ class ManagedSpec(TimestampedModel):
 
     def __str__(self) -> str:
         return f"spec of {self.model_id}"
+
+    @property
+    def autoscaled(self) -> bool:
+        """Autoscaling is on (max_replicas set): the count follows the load."""
+        return self.max_replicas is not None
+
+    @property
+    def most_replicas(self) -> int:
+        """The most replicas the model may run (its port range is sized for them)."""
+        top = self.max_replicas if isinstance(self.max_replicas, int) else 0
+        return max(int(self.target_replicas or 0), top)
 
     def clean(self) -> None:
         super().clean()
@@ -382,11 +433,21 @@ class ManagedSpec(TimestampedModel):
             from obleth.core.ports import window_range_error
 
             window = window_range_error(
-                self.serving_port, self.target_replicas, settings.OBLETH_PORT_SPAN
+                self.serving_port, self.most_replicas, settings.OBLETH_PORT_SPAN
             )
             if window and 1 <= self.serving_port <= 65535:
                 errors["serving_port"] = window
-        if self.min_replicas > self.target_replicas and self.target_replicas > 0:
+        autoscaled = isinstance(self.max_replicas, int)
+        if (
+            autoscaled
+            and isinstance(self.min_replicas, int)
+            and self.min_replicas > int(self.max_replicas or 0)
+        ):
+            errors["max_replicas"] = (
+                f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas}): "
+                "raise max_replicas or lower min_replicas."
+            )
+        if not autoscaled and self.min_replicas > self.target_replicas and self.target_replicas > 0:
             errors["min_replicas"] = (
                 f"min_replicas ({self.min_replicas}) cannot exceed target_replicas "
                 f"({self.target_replicas})."

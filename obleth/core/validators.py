@@ -47,6 +47,8 @@ MAX_CPUS_PER_TASK = 10_000
 MAX_REPLICAS = 1_000
 MAX_JOB_FAILURES = 1_000_000
 MAX_HANDOVER_SECS = 7 * 24 * 3600  # a week: longer than any walltime worth handing over
+MAX_TARGET_IN_FLIGHT = 100_000  # in-flight requests per replica an autoscaled model aims at
+MAX_SCALE_DELAY_SECS = 24 * 3600  # scale-up / scale-down delays and the idle time before zero
 MAX_TIME_LIMIT_DAYS = 365
 MAX_MEMORY_MB = 64 * 1024 * 1024  # 64 TiB: more than any node has
 MAX_GRES_COUNT = 1_024
@@ -87,6 +89,68 @@ def validate_port(value: int) -> None:
         raise ValidationError(
             f"serving_port {value} is not a TCP port: use a number from 1 to 65535."
         )
+
+
+# --------------------------------------------------------------------------------- autoscaling
+
+
+def _whole_number(value: Any, field: str, low: int, high: int, meaning: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(f"{field}: use a whole number from {low} to {high} ({meaning}).")
+
+
+def validate_max_replicas(value: int | None) -> None:
+    """Empty: no autoscaling (target_replicas is fixed). Set: autoscale between min_replicas
+    and this many replicas."""
+    if value is None:
+        return
+    _whole_number(
+        value,
+        "max_replicas",
+        1,
+        MAX_REPLICAS,
+        "the most replicas autoscaling starts; leave it empty to keep target_replicas fixed",
+    )
+
+
+def validate_target_in_flight(value: int) -> None:
+    _whole_number(
+        value,
+        "target_in_flight",
+        1,
+        MAX_TARGET_IN_FLIGHT,
+        "requests in flight per replica autoscaling aims at",
+    )
+
+
+def validate_scale_up_delay_secs(value: int) -> None:
+    _whole_number(
+        value,
+        "scale_up_delay_secs",
+        0,
+        MAX_SCALE_DELAY_SECS,
+        "seconds the load must stay above the replicas' target before one is added",
+    )
+
+
+def validate_scale_down_delay_secs(value: int) -> None:
+    _whole_number(
+        value,
+        "scale_down_delay_secs",
+        0,
+        MAX_SCALE_DELAY_SECS,
+        "seconds the load must stay below before a replica is removed",
+    )
+
+
+def validate_scale_to_zero_after_secs(value: int) -> None:
+    _whole_number(
+        value,
+        "scale_to_zero_after_secs",
+        0,
+        MAX_SCALE_DELAY_SECS,
+        "seconds without a request before a model with min_replicas 0 goes to zero replicas",
+    )
 
 
 # --------------------------------------------------------------------------------- Slurm values

@@ -440,6 +440,9 @@ _RANK: dict[str, int] = {
 }
 
 
+SCALED_TO_ZERO = "scaled to zero while idle: the next request wakes it (autoscaling)"
+
+
 def aggregate_pool(statuses: Iterable[str], min_replicas: int) -> ModelHealth:
     """A Slurm model's badge from its endpoint pool (disabled endpoints ignored) vs the floor."""
     live = [s for s in statuses if s != HealthStatus.DISABLED]
@@ -477,9 +480,15 @@ def model_health(model: Model) -> ModelHealth:
         )
     )
     if model.hosting_mode == HostingMode.SLURM:
-        floor = (
-            ManagedSpec.objects.filter(model=model).values_list("min_replicas", flat=True).first()
+        spec = (
+            ManagedSpec.objects.filter(model=model)
+            .values_list("min_replicas", "max_replicas", "autoscale_replicas")
+            .first()
         )
+        floor, most, decided = spec if spec is not None else (None, None, None)
+        if not rows and most is not None and decided == 0:
+            # at zero on purpose (autoscaling, idle): not a model that went down
+            return ModelHealth(HealthStatus.UNKNOWN, SCALED_TO_ZERO)
         return aggregate_pool([r[1] for r in rows], 1 if floor is None else int(floor))
     return aggregate_static(rows)
 

@@ -43,6 +43,21 @@ IN_FLIGHT = Gauge(
     ["model", "endpoint"],
     multiprocess_mode="livesum",
 )
+MODEL_IN_FLIGHT = Gauge(
+    "obleth_gateway_model_in_flight_requests",
+    "Requests of each model relayed or held now (what autoscaling reads, through Redis).",
+    ["model"],
+    multiprocess_mode="livesum",
+)
+WAKES = Counter(
+    "obleth_gateway_wake_signals_total",
+    "Wake signals sent for models at zero replicas (a request found no replica).",
+)
+HELD = Counter(
+    "obleth_gateway_held_requests_total",
+    "Requests held while a model woke, by outcome (served, timeout, gone).",
+    ["model", "outcome"],
+)
 UPSTREAM_ERRORS = Counter(
     "obleth_gateway_upstream_errors_total",
     "Failed tries of an endpoint, by kind (connect, ttfb_timeout, 5xx, broken, idle_timeout).",

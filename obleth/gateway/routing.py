@@ -1,6 +1,7 @@
 """The gateway's routing table: enabled models and their enabled endpoints, cached briefly.
 
-One refresh costs three queries (endpoints, models, tripped failed-launch breakers) and serves
+One refresh costs four queries (endpoints, models, tripped failed-launch breakers, models that
+wake on request) and serves
 every request for the next half second, so a request costs no query at all. Endpoints added or
 removed (by an operator or the provisioner) are routable within OBLETH_GATEWAY_ROUTE_CACHE_MS
 (default 500 ms) in every web process; the process that made the change drops its table at once.
@@ -50,6 +51,9 @@ class RouteModel:
     endpoints: tuple[RouteEndpoint, ...]
     # Why the provisioner stopped launching this model's replicas ("" = it did not)
     stopped: str = ""
+    # Autoscaled down to zero when idle (min_replicas 0): a request with no endpoint to go to is
+    # held while a replica wakes (obleth/gateway/wake.py) instead of answered 503 at once.
+    wakeable: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ def _cache_secs() -> float:
 
 
 def build_route_table() -> RouteTable:
-    """Read the routing table from the database (three queries)."""
+    """Read the routing table from the database (four queries)."""
     endpoints: dict[str, list[RouteEndpoint]] = {}
     rows = Endpoint.objects.filter(enabled=True, model__enabled=True).only(
         "id", "model_id", "api_base", "api_key", "priority", "weight", "health_status"
@@ -93,6 +97,11 @@ def build_route_table() -> RouteTable:
     stopped = dict(
         ManagedSpec.objects.exclude(breaker_message="").values_list("model_id", "breaker_message")
     )
+    wakeable = set(
+        ManagedSpec.objects.filter(
+            enabled=True, max_replicas__isnull=False, min_replicas=0
+        ).values_list("model_id", flat=True)
+    )
     models: dict[str, RouteModel] = {}
     for m in Model.objects.filter(enabled=True).only(
         "id", "name", "upstream_model", "model_type", "created_at"
@@ -105,6 +114,7 @@ def build_route_table() -> RouteTable:
             created=int(m.created_at.timestamp()) if m.created_at else 0,
             endpoints=tuple(endpoints.get(str(m.id), ())),
             stopped=stopped.get(m.id, ""),
+            wakeable=m.id in wakeable,
         )
     return RouteTable(models=models, built_at=time.monotonic())
 

@@ -48,6 +48,7 @@ from obleth.core.scrape import scrape_refusal
 from obleth.gateway import metrics
 from obleth.gateway.auth import Caller, Refusal, check_credentials
 from obleth.gateway.balancer import Balancer
+from obleth.gateway.inflight import InflightCounter
 from obleth.gateway.proxy import (
     PASSED_HEADERS,
     PASSED_PREFIXES,
@@ -59,6 +60,7 @@ from obleth.gateway.proxy import (
 from obleth.gateway.routing import RouteEndpoint, RouteModel, RouteTable
 from obleth.gateway.table import LiveTable
 from obleth.gateway.views import _method_not_allowed, _model_entry, _not_allowed, _not_found
+from obleth.gateway.wake import Waker
 from obleth.logging import register_secret
 
 log = logging.getLogger("obleth.gateway.service")
@@ -187,6 +189,9 @@ class GatewayService:
         self._slot_freed = asyncio.Condition()
         self._refresher: asyncio.Task[None] | None = None
         self.in_flight = 0
+        # per-model counts shared through Redis (autoscaling), and the hold of scale-to-zero
+        self.load = InflightCounter()
+        self.waker = Waker(self.table, self.load)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -217,13 +222,16 @@ class GatewayService:
         metrics.TABLE_RELOADS.inc()
         ids = {ep.id for model in table.models.values() for ep in model.endpoints}
         self.balancer.forget_except(ids)
+        self.waker.table_reloaded()
 
     async def startup(self) -> None:
         self.table.on_reload = self._table_reloaded
         await self.table.reload()
         self._refresher = asyncio.create_task(self.table.run())
+        self.load.start()
 
     async def shutdown(self) -> None:
+        await self.load.close()
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -338,7 +346,13 @@ class GatewayService:
         route = table.get(name)
         if route is None:
             raise _Answer(_not_found(name))
-        await self._forward(scope, receive, send, route, upstream_path, body, request_id, outcome)
+        with self.load.track(route.id, route.name):
+            ready = await self.waker.ready(route, receive)  # a model at zero: held while it wakes
+            if isinstance(ready, HttpResponse):
+                raise _Answer(ready)
+            await self._forward(
+                scope, receive, send, ready, upstream_path, body, request_id, outcome
+            )
 
     def _metrics_allowed(self, scope: Scope) -> None:
         client = str((scope.get("client") or ("", 0))[0])

@@ -42,6 +42,12 @@ _INT_OVERRIDES = {
     "target_replicas": 0,
     "min_replicas": 0,
     "max_job_failures": 0,
+    # autoscaling (the spec's field validators give the upper bounds, naming the field)
+    "max_replicas": 1,
+    "target_in_flight": 1,
+    "scale_up_delay_secs": 0,
+    "scale_down_delay_secs": 0,
+    "scale_to_zero_after_secs": 0,
     "nodes": 1,
     "cpus_per_task": 1,
     "serving_port": 1,
@@ -129,9 +135,9 @@ def _free_serving_port(start: int, replicas: int, model_name: str) -> int | None
     """The first serving_port from the recipe's whose range no other model's overlaps."""
     span = int(settings.OBLETH_PORT_SPAN)
     taken = [
-        model_range(port, count, span)
-        for port, count in ManagedSpec.objects.exclude(model__name=model_name).values_list(
-            "serving_port", "target_replicas"
+        model_range(port, max(count, most or 0), span)
+        for port, count, most in ManagedSpec.objects.exclude(model__name=model_name).values_list(
+            "serving_port", "target_replicas", "max_replicas"
         )
     ]
     return first_free_range(start, replicas, span, taken)
@@ -167,6 +173,8 @@ def prepare_deploy(
     first: the recipe header, the script's ``#SBATCH`` directives, then ``overrides`` (partition,
     qos, account, time_limit, mem, gres, nodes, cpus_per_task, exclude, constraints,
     health_path, serving_port, target_replicas, min_replicas, max_job_failures, log_output_dir,
+    the autoscaling settings (max_replicas, target_in_flight, scale_up_delay_secs,
+    scale_down_delay_secs, scale_to_zero_after_secs),
     enabled, api_model_name, script_body (an edited script, rendered like the recipe's) and
     ``inputs``: input name -> value). With no log folder given, the cluster's log_dir is used.
     ``launcher_spec`` records the recipe, the inputs and where each value came from.
@@ -269,7 +277,8 @@ def prepare_deploy(
         values[key], sources[key] = value, "override"
     warnings = list(parsed.warnings) + lift_warnings
     if sources.get("serving_port") == "recipe":
-        moved = _free_serving_port(values["serving_port"], values["target_replicas"], model_name)
+        most = max(int(values["target_replicas"]), int(values.get("max_replicas") or 0))
+        moved = _free_serving_port(values["serving_port"], most, model_name)
         if moved is not None and moved != values["serving_port"]:
             warnings.append(
                 f"serving_port {values['serving_port']} (the recipe's) is in use by another "

@@ -195,6 +195,12 @@
     b.textContent = "model " + (data.model.enabled ? data.model.health_status : "disabled");
     b.title = data.model.health_message || "";
     $("ck-reason").textContent = data.model.reason;
+    var scaling = $("ck-autoscale");
+    if (scaling) {
+      var auto = data.spec && data.spec.autoscale;
+      scaling.hidden = !auto;
+      scaling.textContent = auto ? auto.line : "";
+    }
     var banner = $("ck-banner");
     if (data.banner) {
       banner.replaceChildren(el("strong", { text: data.banner.text }),
@@ -205,7 +211,9 @@
     renderReplicas(data);
     renderLaunches(data);
     var spec = data.spec;
-    var extra = spec ? " · target " + spec.target_replicas + " · failed launches " + spec.failed_launches +
+    var target = spec && spec.autoscale && spec.autoscale.replicas !== null
+      ? spec.autoscale.replicas + " (autoscaled)" : (spec ? spec.target_replicas : "");
+    var extra = spec ? " · target " + target + " · failed launches " + spec.failed_launches +
       (spec.max_job_failures ? "/" + spec.max_job_failures : "") +
       (spec.submit_cooldown_until ? " · next submit after " + when(spec.submit_cooldown_until) : "") : "";
     $("ck-updated").textContent = "updated " + new Date().toLocaleTimeString() + extra;
