@@ -26,12 +26,12 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings as django_settings
-from django.test import Client
 
 from obleth.core.models import Endpoint, Launch, SlurmSettings
 from obleth.core.recipes import deploy
 from obleth.gateway import keys
 from tests.e2e.conftest import ProvisionerEnv
+from tests.plugins.gateway_client import GatewayClient
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
@@ -85,7 +85,7 @@ def _report(record_property: Callable[[str, object], None], name: str, seconds: 
     sys.stderr.write(f"[real-engine] {name}: {seconds:.2f} s\n")
 
 
-def _chat(client: Client, **extra: Any) -> Any:
+def _chat(client: GatewayClient, **extra: Any) -> Any:
     body = {
         "model": "smollm2",
         "messages": [{"role": "user", "content": QUESTION}],
@@ -103,6 +103,7 @@ def test_llamacpp_smollm2_replica_answers_through_the_gateway(
     llamacpp_engine: tuple[str, str],
     provisioner_env: ProvisionerEnv,
     record_property: Callable[[str, object], None],
+    request: pytest.FixtureRequest,
 ) -> None:
     env = provisioner_env
     model = deploy(
@@ -148,7 +149,9 @@ def test_llamacpp_smollm2_replica_answers_through_the_gateway(
     assert served["owned_by"] == "llamacpp", listed
     assert served["meta"]["n_params"] == SMOLLM2_PARAMS, listed
 
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('e2e').secret}")  # closed gateway
+    # The gateway service, in this process (tests/plugins/gateway_client.py); closed: a key.
+    client = GatewayClient(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('e2e').secret}")
+    request.addfinalizer(client.close)
     answer = _chat(client)
     first_answer = time.monotonic()
     _report(record_property, "healthy_to_first_answer_s", first_answer - healthy)
