@@ -11,6 +11,7 @@ the 503 of a model without a routable endpoint says (:mod:`obleth.gateway.availa
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -73,8 +74,12 @@ class RouteTable:
         return sorted(self.models.values(), key=lambda m: m.name)
 
 
+@functools.lru_cache(maxsize=4096)
 def endpoint_problem(api_base: str, api_key: str) -> str:
-    """Why this endpoint cannot be sent a request ("" = it can). The reason never holds the key."""
+    """Why this endpoint cannot be sent a request ("" = it can). The reason never holds the key.
+
+    Remembered per (address, key): every reload of the table asks again for rows that rarely
+    change, and the address check costs about half a millisecond."""
     try:
         validate_api_base(api_base)
     except ValidationError as exc:
