@@ -4,8 +4,9 @@ across N boundaries.
 
 One model, one replica of the test engine with a short time limit (default 3 minutes) and
 ``handover_secs`` (default 120): each replica gets a successor before its end, is drained and
-cancelled. Client requests go through the real gateway (gunicorn ``obleth.wsgi`` on 127.0.0.1,
-``OBLETH_GATEWAY_OPEN=1``: a lab setting, the bench's only client is itself) in a bounded loop.
+cancelled. Client requests go through the real gateway service (``python -m
+obleth.gateway.serve`` on 127.0.0.1, ``OBLETH_GATEWAY_OPEN=1``: a lab setting, the bench's only
+client is itself) in a bounded loop.
 Passes run inline, one a second. For every boundary it prints: the successor's submit -> job
 start (Slurm queue), job start -> promotion (engine start + probe), promotion -> old one out of
 routing, and how the old job ended; then the request totals.
@@ -114,16 +115,13 @@ def start_gateway(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port_in_range()
     proc = subprocess.Popen(
         [
-            str(Path(sys.executable).parent / "gunicorn"),
-            "obleth.wsgi:application",
+            sys.executable,
+            "-m",
+            "obleth.gateway.serve",
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",
             "1",
-            "--threads",
-            "8",
-            "--log-level",
-            "warning",
         ],
         cwd=common.ROOT,
         env={**os.environ, **env},
@@ -134,13 +132,13 @@ def start_gateway(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/v1/models", timeout=2, trust_env=False).status_code < 500:
+            if httpx.get(url + "/healthz", timeout=2, trust_env=False).status_code == 200:
                 return proc, url
         if proc.poll() is not None:
             break
         time.sleep(0.2)
     proc.terminate()
-    raise SystemExit("the gateway (gunicorn obleth.wsgi) did not start")
+    raise SystemExit("the gateway service (python -m obleth.gateway.serve) did not start")
 
 
 def start_gateway_service(env: dict[str, str], skip: int) -> tuple[subprocess.Popen[bytes], str]:

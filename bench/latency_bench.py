@@ -5,7 +5,7 @@ long until a job that ended is replaced.
 Everything is real except the engine, which is the project's test engine started inside a real
 Slurm job with ``--slow-start S`` (it listens only after S seconds, a stand-in for a model that
 loads). slurmrestd, slurmctld, slurmd, the probes, the database (a dedicated one) and the gateway
-(gunicorn serving obleth's /v1 from its own process, as in production) are the real ones.
+(``python -m obleth.gateway.serve``, its own process, as in production) are the real ones.
 
 (a) ready -> routable: from the engine's first 200 on /health (this script polls the replica's
     port window every 20 ms and timestamps it) to the first 200 of a chat completion sent through
@@ -62,7 +62,7 @@ import _common as common  # noqa: E402
 
 ENGINE = common.ROOT / "provisioner" / "testengine" / "server.py"
 POLL_SECS = 0.02
-# The gateway is closed without a key: the bench's gunicorn gets this static one.
+# The gateway is closed without a key: the bench's gateway service gets this static one.
 GATEWAY_KEY = "bench-" + uuid.uuid4().hex
 GATEWAY_POLL_SECS = 0.05
 
@@ -578,16 +578,13 @@ def start_gateway(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen(
         [
-            str(Path(sys.executable).parent / "gunicorn"),
-            "obleth.wsgi:application",
+            sys.executable,
+            "-m",
+            "obleth.gateway.serve",
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",
             "1",
-            "--threads",
-            "4",
-            "--log-level",
-            "warning",
         ],
         cwd=common.ROOT,
         env={**os.environ, **env},
@@ -598,13 +595,13 @@ def start_gateway(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/v1/models", timeout=2, trust_env=False).status_code < 500:
+            if httpx.get(url + "/healthz", timeout=2, trust_env=False).status_code == 200:
                 return proc, url
         if proc.poll() is not None:
             break
         time.sleep(0.2)
     proc.terminate()
-    raise SystemExit("the gateway (gunicorn obleth.wsgi) did not start")
+    raise SystemExit("the gateway service (python -m obleth.gateway.serve) did not start")
 
 
 def show(label: str, values: list[float | None]) -> str:
@@ -707,8 +704,8 @@ def main() -> int:
         print(f"celery worker+beat logging to {celery_log}")
     print(
         f"latency benchmark {dt.datetime.now().isoformat(timespec='seconds')}: real Slurm at "
-        f"{real.url}, gateway {gateway_url} (route cache "
-        f"{getattr(settings, 'OBLETH_GATEWAY_ROUTE_CACHE_SECS', 1.0)} s), pass interval "
+        f"{real.url}, gateway {gateway_url} (reloads on change notices, else every "
+        f"{settings.OBLETH_GATEWAY_RELOAD_SECS} s), pass interval "
         f"{args.interval:g} s, job prefix {bench.prefix}, {args.reps} reps per mode"
     )
     results: dict[str, list[Rep]] = {}

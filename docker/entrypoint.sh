@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # obleth container entrypoint. One image for every role; the first argument picks it:
 #
-#   web          gunicorn, WSGI with threads (the /v1 gateway streams responses through;
-#                Django's ASGI handler would buffer them)
+#   web          gunicorn, WSGI with threads: the admin and the Management API (/v1 is the
+#                gateway's; the web process answers it with a 404 saying so)
 #   gateway      the /v1 data plane (python -m obleth.gateway.serve: uvicorn, one event loop per
 #                worker process; OBLETH_GATEWAY_BIND, OBLETH_GATEWAY_WORKERS). Scale it on its own.
 #   worker       celery worker (one task per model in a pass, replica warm-ups, endpoint checks)

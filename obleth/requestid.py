@@ -4,10 +4,11 @@
 plain token (``obleth.logging.clean_request_id``), or makes one, binds it for every log line of
 the request (``request_id`` in the JSON format) and returns it in the answer's ``X-Request-ID``.
 
-A 4xx or 5xx answer of the OpenAI gateway (``/v1/``) is the client's or the model's condition,
-not a server error: it is logged once at INFO with the model and the reason (``gateway: 503
-no_replica_ready model=chat: ...``), and Django's own ``django.request`` line (ERROR for 5xx,
-WARNING for 4xx) is skipped for it. Real errors (an exception in a view) are untouched.
+/v1 is the gateway service's (:mod:`obleth.gateway.service`, its own process, which logs its own
+answers). The web process answers /v1 with a 404 saying so (:mod:`obleth.gateway.elsewhere`): a
+client's or a proxy's mistake, not a server error, so it is logged once at INFO with the reason
+and Django's own ``django.request`` WARNING line is skipped for it. Real errors (an exception
+in a view) are untouched.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class RequestIdMiddleware:
             response = self.get_response(request)
             if (
                 response.status_code >= 400
-                and request.path.startswith(GATEWAY_PREFIX)
+                and (request.path == "/v1" or request.path.startswith(GATEWAY_PREFIX))
                 # an exception's 500 was already logged at ERROR by Django: a real error
                 and not getattr(response, "_has_been_logged", False)
             ):

@@ -295,12 +295,9 @@ OBLETH_GATEWAY_TIMEOUT_SECS = env_int("OBLETH_GATEWAY_TIMEOUT_SECS", 600, minimu
 # unless OBLETH_GATEWAY_OPEN=1 (then requests without a key are let in: labs only).
 OBLETH_GATEWAY_API_KEYS = env_list("OBLETH_GATEWAY_API_KEYS")
 OBLETH_GATEWAY_OPEN = env_bool("OBLETH_GATEWAY_OPEN", False)
-# How long a web process reuses its table of gateway keys (one query to rebuild): a revoked or
+# How long a gateway process reuses its table of gateway keys (one query to rebuild): a revoked or
 # new key takes effect in every process within this time.
 OBLETH_GATEWAY_KEY_CACHE_MS = env_int("OBLETH_GATEWAY_KEY_CACHE_MS", 1000, minimum=0)
-# How long a web process reuses its routing table (two queries to rebuild). New endpoints are
-# routable in every process within this time.
-OBLETH_GATEWAY_ROUTE_CACHE_MS = env_int("OBLETH_GATEWAY_ROUTE_CACHE_MS", 500, minimum=0)
 
 # The /v1 gateway service (python -m obleth.gateway.serve): its own process, no database on a
 # request. Timeouts in seconds; a request that got no first byte within the TTFB timeout moves to

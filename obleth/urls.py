@@ -1,7 +1,8 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from obleth.core.admin_health import model_health_view
+from obleth.gateway.elsewhere import served_by_gateway
 from obleth.health import healthz
 from provisioner.metrics import metrics_view
 from recipes.admin_deploy import deploy_urls
@@ -18,7 +19,8 @@ urlpatterns = [
     *deploy_urls(),  # New deployment, the library recipe list
     path("admin/", admin.site.urls),
     path("api/", include("obleth.api.urls")),
-    path("v1/", include("obleth.gateway.urls")),
+    # /v1 is the gateway service's (obleth.gateway.serve): here only a 404 saying so.
+    re_path(r"^v1(?:/(?P<rest>.*))?$", served_by_gateway, name="v1-elsewhere"),
 ]
 
 handler400 = "obleth.api.errors.bad_request"

@@ -344,8 +344,12 @@ def explain_pending(
     *,
     expected_start: dt.datetime | None = None,
     now: dt.datetime | None = None,
+    with_detail: bool = True,
 ) -> Explanation:
-    """Slurm's pending reason in words, the fix, and the expected start (only a future one)."""
+    """Slurm's pending reason in words, the fix, and the expected start (only a future one).
+
+    ``with_detail=False`` leaves out what Slurm added after the code (node names, for
+    ``ReqNodeNotAvail, UnavailableNodes:...``): the sentence the gateway's clients see."""
     code, extra = split_reason(raw_reason)
     if not code:
         code = "None"
@@ -356,7 +360,7 @@ def explain_pending(
             "Look it up in `man squeue` (JOB REASON CODES) or ask the cluster admins.",
         )
     sentence, fix = found
-    if extra:
+    if extra and with_detail:
         sentence = f"{sentence} (Slurm: {extra})"
     start = expected_start
     if start is not None and now is not None and start <= now:
@@ -442,17 +446,20 @@ _PROBE_KINDS: tuple[tuple[str, re.Pattern[str], str, str], ...] = (
 )
 
 
-def explain_probe(detail: str) -> Explanation:
-    """The probe's outcome text (``refused on all 8 ports (8000-8007)``, ...) in words."""
+def explain_probe(detail: str, *, with_detail: bool = True) -> Explanation:
+    """The probe's outcome text (``refused on all 8 ports (8000-8007)``, ...) in words.
+
+    ``with_detail=False`` leaves the probe's own text (ports, paths) out of the sentence."""
     text = (detail or "").strip()
     if not text:
         return Explanation(code="not_probed", sentence="Not probed yet.")
     for kind, pattern, sentence, fix in _PROBE_KINDS:
         if pattern.search(text):
-            return Explanation(code=kind, sentence=f"{sentence} (probe: {text})", fix=fix)
+            said = f"{sentence} (probe: {text})" if with_detail else sentence
+            return Explanation(code=kind, sentence=said, fix=fix)
     return Explanation(
         code="other",
-        sentence=f"The probe failed: {text}",
+        sentence=f"The probe failed: {text}" if with_detail else "The probe failed.",
         fix="Read the job log; check the provisioner can reach the node.",
     )
 

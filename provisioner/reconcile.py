@@ -14,13 +14,14 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
 from django.conf import settings
 from django.utils import timezone
 
 from obleth.core.models import Replica, SlurmSettings
+from obleth.gateway.table import publish_change
 from obleth.logging import bound, new_pass_id, pass_id
 from provisioner import lease, status
 from provisioner.codec import decode_action, encode_action
@@ -177,6 +178,18 @@ def summarize(results: list[ActionResult]) -> str:
     return ", ".join(parts)
 
 
+def publish_if_changed(results: Sequence[ActionResult], observed: int = 0) -> bool:
+    """Tell the gateways to reload when rows changed (a replica submitted, starting, lost, a
+    breaker tripped, or ``observed`` rows with a new Slurm reason or probe outcome): those are
+    ``QuerySet.update`` writes, which send no signal, and a model's 503 says what they hold."""
+    changed = observed > 0 or any(
+        r.ok and r.action != "model" and not r.detail.startswith(_NO_OP_DETAILS) for r in results
+    )
+    if changed:
+        publish_change("replicas")
+    return changed
+
+
 def log_outcome(what: str, results: list[ActionResult], duration_ms: int | None = None) -> None:
     """One INFO line when something changed, DEBUG otherwise."""
     summary = summarize(results)
@@ -322,7 +335,8 @@ def _pass(
     if dry_run:
         report.detail = f"dry run: {len(actions)} action(s) planned"
         return report
-    record_observation(observation, now)  # probe outcomes and Slurm reasons, for the admin
+    # probe outcomes and Slurm reasons, for the admin and the gateway's 503
+    observed = record_observation(observation, now)
 
     by_model: dict[uuid.UUID, list[Action]] = defaultdict(list)
     orphans: list[Action] = []
@@ -366,6 +380,7 @@ def _pass(
                 executor,
             )
     report.results += executor.run(orphans)
+    publish_if_changed(report.results, observed)
     failed = [r for r in report.results if not r.ok]
     # Celery mode: model tasks record their failed actions; those not yet followed by a success
     # make this pass an error too, as an inline pass's own failures do.
@@ -436,6 +451,7 @@ def _held_pass(
         expected = observation.fingerprints.get(model_id, EMPTY_FINGERPRINT)
         report.results += execute_model(model_id, model_actions, expected, executor)
     report.planned = [encode_action(a) for a in actions]
+    publish_if_changed(report.results)
     promoted = sum(1 for r in report.results if r.ok and r.action == "Promote")
     if promoted:
         report.detail += f"; meanwhile promoted {promoted} replica(s) already seen running"
@@ -515,6 +531,7 @@ def _run_model_task(
         results = execute_model(mid, [decode_action(a) for a in payload], expected, executor)
     finally:
         client.close()
+    publish_if_changed(results)
     name = specs[mid].model.name if mid in specs else ""
     # The pass that dispatched this task has already recorded its outcome: leave this one where
     # the next pass reads it, so failed actions turn the pass to error (and the held alert).

@@ -2,4 +2,8 @@
 
 from __future__ import annotations
 
-pytest_plugins = ["tests.plugins.real_slurm", "tests.plugins.factories"]
+pytest_plugins = [
+    "tests.plugins.real_slurm",
+    "tests.plugins.factories",
+    "tests.plugins.gateway_client",
+]

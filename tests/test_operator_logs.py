@@ -2,7 +2,8 @@
 (never Django's ERROR line), one INFO line per pass that changed something and none at idle.
 
 Nothing is faked except Slurm in the pass tests (the in-process FakeSlurmrestd: jobs stay
-PENDING, so no engine is needed); logging, the middleware and the gateway views are the real ones.
+PENDING, so no engine is needed); logging, the middleware and the gateway service (in this
+process: tests/plugins/gateway_client.py) are the real ones.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from obleth.core.models import SlurmSettings
-from obleth.gateway.routing import invalidate_routes
+from obleth.core.models import ManagedSpec, SlurmSettings
 from obleth.logging import (
     ContextFilter,
     JsonFormatter,
@@ -35,6 +35,7 @@ from obleth.logging import (
 from provisioner.reconcile import run_pass
 from provisioner.slurm.fake import FakeNode, FakeSlurmrestd
 from tests.plugins.factories import make_model, make_slurm_model
+from tests.plugins.gateway_client import GatewayClient
 from tests.test_settings_env import BASE_ENV, load
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJvYmxldGgifQ.c2lnbmF0dXJlLXZhbHVl"
@@ -171,84 +172,135 @@ def test_request_ids_are_plain_tokens(given: str, kept: bool) -> None:
 
 
 @pytest.fixture
-def open_gateway(db: Any, settings: Any) -> Iterator[None]:
+def open_gateway(db: Any, settings: Any) -> None:
     settings.OBLETH_GATEWAY_API_KEYS = []
     settings.OBLETH_GATEWAY_OPEN = True  # closed by default since gateway keys
-    invalidate_routes()
-    yield
-    invalidate_routes()
 
 
-def chat(client: Client, name: str, **headers: str) -> Any:
+def chat(gateway: GatewayClient, name: str, **headers: str) -> Any:
+    """Through the gateway service (in this process: tests/plugins/gateway_client.py)."""
     body = {"model": name, "messages": [{"role": "user", "content": "hi"}]}
-    return client.post(
-        "/v1/chat/completions", data=json.dumps(body), content_type="application/json", **headers
-    )
+    return gateway.post("/v1/chat/completions", data=json.dumps(body), **headers)
 
 
-def test_request_id_is_honoured_and_returned(open_gateway: None, client: Client) -> None:
-    answer = chat(client, "nope", HTTP_X_REQUEST_ID="client-id-7")
+def test_request_id_is_honoured_and_returned(
+    open_gateway: None, gateway: GatewayClient, client: Client
+) -> None:
+    answer = chat(gateway, "nope", HTTP_X_REQUEST_ID="client-id-7")
     assert answer["X-Request-ID"] == "client-id-7"
-    made = chat(client, "nope")["X-Request-ID"]
-    assert len(made) == 32 and made != chat(client, "nope")["X-Request-ID"]
-    forged = chat(client, "nope", HTTP_X_REQUEST_ID="a b\tc")["X-Request-ID"]
+    made = chat(gateway, "nope")["X-Request-ID"]
+    assert len(made) == 32 and made != chat(gateway, "nope")["X-Request-ID"]
+    forged = chat(gateway, "nope", HTTP_X_REQUEST_ID="a b\tc")["X-Request-ID"]
     assert forged != "a b\tc" and len(forged) == 32
-    assert client.get("/healthz")["X-Request-ID"]
+    assert gateway.get("/healthz")["X-Request-ID"]
+    assert client.get("/healthz")["X-Request-ID"]  # the web process too
+
+
+def answer_lines(caplog: pytest.LogCaptureFixture, status: int) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name == "obleth.gateway.service" and r.getMessage().startswith(f"gateway: {status} ")
+    ]
 
 
 @pytest.mark.parametrize(
     ("setup", "status", "code"),
     [
         pytest.param("none", 404, "model_not_found", id="unknown model: 404"),
-        pytest.param("no-endpoint", 503, "no_replica_ready", id="no replica: 503"),
+        pytest.param("no-endpoint", 503, "no_endpoint", id="no endpoint: 503"),
+        pytest.param("stopped", 503, "model_stopped", id="breaker: 503"),
+        pytest.param("bad-json", 400, "invalid_request_error", id="bad body: 400"),
         pytest.param("dead-endpoint", 502, "upstream_unreachable", id="unreachable: 502"),
     ],
 )
 def test_gateway_refusals_are_one_info_line_never_error(
     open_gateway: None,
-    client: Client,
+    gateway: GatewayClient,
     caplog: pytest.LogCaptureFixture,
     json_log: Capture,
     setup: str,
     status: int,
     code: str,
 ) -> None:
+    """A client's 4xx and a model's 503 are the client's or the model's condition: one INFO
+    line with the model and the reason, never an ERROR."""
     name = f"m-{uuid.uuid4().hex[:6]}"
-    if setup != "none":
+    if setup == "stopped":
+        model = make_slurm_model(name=name)
+        ManagedSpec.objects.filter(pk=model.pk).update(breaker_message="Stopped launching.")
+    elif setup != "none":
         model = make_model(name=name)
         if setup == "dead-endpoint":
             model.endpoints.create(name="dead", api_base="http://127.0.0.1:9/v1")
     with caplog.at_level(logging.DEBUG):
-        answer = chat(client, name, HTTP_X_REQUEST_ID="rid-1")
+        if setup == "bad-json":
+            answer = gateway.post("/v1/chat/completions", data="{", HTTP_X_REQUEST_ID="rid-1")
+        else:
+            answer = chat(gateway, name, HTTP_X_REQUEST_ID="rid-1")
     assert answer.status_code == status
-    assert json.loads(answer.content)["error"]["code"] == code
+    error = json.loads(answer.content)["error"]
+    assert code in (error["code"], error["type"])
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not [r for r in caplog.records if r.name == "django.request"]
-    lines = [r for r in caplog.records if r.name == "obleth.gateway"]
+    lines = answer_lines(caplog, status)
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
     text = lines[0].getMessage()
     assert f"gateway: {status} POST /v1/chat/completions" in text and code in text
-    if setup != "none":
+    if setup != "bad-json":
         assert f"model={name}" in text
-    gateway_json = [json.loads(x) for x in json_log.lines() if '"obleth.gateway"' in x]
+    gateway_json = [
+        json.loads(x) for x in json_log.lines() if f"gateway: {status} POST /v1/chat" in x
+    ]
     assert [r["request_id"] for r in gateway_json] == ["rid-1"]
 
 
 def test_a_real_server_error_is_still_logged_at_error(
-    open_gateway: None, client: Client, caplog: pytest.LogCaptureFixture, monkeypatch: Any
+    open_gateway: None,
+    gateway: GatewayClient,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: Any,
 ) -> None:
-    """An exception in a gateway view is a bug: Django's ERROR line stays."""
-    import obleth.gateway.views as views
+    """An exception in the gateway is a bug: logged at ERROR with its traceback; the client
+    gets an OpenAI-shaped 500 naming the request id."""
+    from obleth.gateway import service
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(views, "get_route_table", broken)
-    client.raise_request_exception = False
+    gateway.reload()
+    gateway.auto_reload = False
+    monkeypatch.setattr(service, "not_found", broken)
     with caplog.at_level(logging.INFO):
-        assert chat(client, "x").status_code == 500
-    assert [r for r in caplog.records if r.name == "django.request" and r.levelno == logging.ERROR]
-    assert not [r for r in caplog.records if r.name == "obleth.gateway"]
+        answer = chat(gateway, "x", HTTP_X_REQUEST_ID="rid-bug")
+    assert answer.status_code == 500
+    assert answer.json()["error"]["code"] == "gateway_error"
+    assert "rid-bug" in answer.json()["error"]["message"]
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and errors[0].name == "obleth.gateway.service"
+    assert "RuntimeError: bug" in (errors[0].exc_text or "")  # the traceback, redacted first
+
+
+def test_the_web_process_points_v1_at_the_gateway(
+    db: Any, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """/v1 is the gateway service's: the web process answers a short OpenAI-shaped 404 naming
+    the service and its address setting, for any method, logged at INFO (not a WARNING)."""
+    with caplog.at_level(logging.INFO):
+        answers = [
+            client.get("/v1/models"),
+            client.post("/v1/chat/completions", data="{}", content_type="application/json"),
+            client.get("/v1"),
+            client.delete("/v1/anything/else"),
+        ]
+    for answer in answers:
+        assert answer.status_code == 404
+        error = json.loads(answer.content)["error"]
+        assert error["code"] == "served_by_gateway"
+        assert "obleth.gateway.serve" in error["message"]
+        assert "OBLETH_GATEWAY_BIND" in error["message"]
+        assert answer["Content-Type"] == "application/json"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 # ----------------------------------------------------------------------------- passes

@@ -47,11 +47,20 @@ def client_address(request: HttpRequest) -> str:
     address the outermost of them saw (that many entries from the right of X-Forwarded-For;
     entries further left are the client's own claims and are never used). Without it, every
     client behind a proxy would share the proxy's address and one attacker could block all."""
-    remote = str(request.META.get("REMOTE_ADDR") or "unknown")[:100]
+    return address_of(
+        str(request.META.get("REMOTE_ADDR") or ""),
+        str(request.META.get("HTTP_X_FORWARDED_FOR", "")),
+    )
+
+
+def address_of(remote: str, forwarded_for: str) -> str:
+    """:func:`client_address` from its two inputs (the peer's address, the X-Forwarded-For
+    header), for front doors that are not Django views (the /v1 gateway service)."""
+    remote = (remote or "unknown")[:100]
     hops = int(getattr(settings, "OBLETH_TRUSTED_PROXY_COUNT", 0))
     if hops <= 0:
         return remote
-    chain = [part.strip() for part in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")]
+    chain = [part.strip() for part in forwarded_for.split(",")]
     chain = [part for part in chain if part]
     if len(chain) < hops:
         return remote  # not through all our proxies (a direct connection): what we see

@@ -196,6 +196,14 @@ def provisioner_view(
 # --------------------------------------------------------------------------------------- replicas
 
 
+def _gateway_changed() -> None:
+    """A write with QuerySet.update (no signal) changed what a model's 503 says: tell the
+    gateways (obleth.gateway.signals covers saves and deletes)."""
+    from obleth.gateway.table import publish_change
+
+    publish_change("replicas")
+
+
 def restart_replica(replica_id: uuid.UUID | str, *, actor: str = "admin") -> Replica:
     """Ask the provisioner to cancel this replica's job and launch a fresh one.
 
@@ -206,6 +214,7 @@ def restart_replica(replica_id: uuid.UUID | str, *, actor: str = "admin") -> Rep
     )
     if not updated:
         raise Replica.DoesNotExist(f"No replica {replica_id}.")
+    _gateway_changed()
     replica = Replica.objects.get(pk=replica_id)
     logger.info(
         "audit: %s asked to restart replica %s of %s (job %s)",
@@ -232,6 +241,8 @@ def restart_replicas(replica_ids: Iterable[uuid.UUID | str], *, actor: str = "ad
     count = Replica.objects.filter(pk__in=[r.pk for r in rows]).update(
         cancel_requested=True, updated_at=timezone.now()
     )
+    if count:
+        _gateway_changed()
     logger.info("audit: %s asked to restart %d replica(s)", actor, count)
     for replica in rows:
         action_done.send(
@@ -253,6 +264,7 @@ def clear_lost(model_id: uuid.UUID | str, *, actor: str = "admin") -> int:
     ManagedSpec.objects.filter(model_id=model_id).exclude(breaker_message="").update(
         breaker_message="", breaker_tripped_at=None
     )
+    _gateway_changed()  # its 503 no longer says "stopped"
     logger.info("audit: %s cleared %d lost replica(s) of model %s", actor, count, model_id)
     action_done.send(
         Model,

@@ -11,9 +11,9 @@
   ``gateway-key``): past the limit that address gets 429 with ``Retry-After``, the right key
   included, until the lockout ends. Each refusal logs one line naming the address, never the key.
 - The happy path costs no query: the key table and the lockouts come from the per-process cache.
-- :func:`check_credentials` is the decision, framework-neutral (any front door can call it with
-  the header, the client address and the query parameter names); :func:`authenticate` wraps it
-  for the Django views.
+- :func:`check_credentials` is the decision, framework-neutral: the gateway service
+  (:mod:`obleth.gateway.service`) calls it with the header, the client address and the query
+  parameter names, as any other front door would.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 
 from obleth.core import limits
 from obleth.gateway import keys
@@ -154,18 +154,6 @@ def check_credentials(
     _clear_failures(limits_key)
     keys.touch(entry)
     return Caller(entry)
-
-
-def authenticate(request: HttpRequest) -> Caller | HttpResponse:
-    """The caller of a /v1 request (Django views), or the error answer to send instead."""
-    decision = check_credentials(
-        str(request.META.get("HTTP_AUTHORIZATION", "")),
-        address=limits.client_address(request),
-        path=request.path,
-        query_names=request.GET.keys(),
-        has_x_api_key=bool(request.META.get("HTTP_X_API_KEY")),
-    )
-    return decision.response() if isinstance(decision, Refusal) else decision
 
 
 def _unknown_key(address: str, limits_key: str) -> Refusal:

@@ -3,7 +3,7 @@
 - A secret is ``obk_`` + 43 URL-safe characters (256 random bits). It is returned once by
   :func:`create_key` and never stored: the row keeps its SHA-256 digest and its first
   :data:`PREFIX_LEN` characters (the prefix names the key in lists and logs).
-- The request path never queries for a key: each web process keeps a :class:`KeyTable` (digests
+- The request path never queries for a key: each gateway process keeps a :class:`KeyTable` (digests
   of the database keys and of ``OBLETH_GATEWAY_API_KEYS``, plus the client addresses currently
   locked out by ``obleth.core.limits``) and rebuilds it when it is older than
   ``OBLETH_GATEWAY_KEY_CACHE_MS`` (default 1 s; three queries). The process that changes a key

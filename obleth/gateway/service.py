@@ -24,6 +24,13 @@ A request's life:
 4. streams are relayed chunk by chunk as they come; a stream silent for
    ``OBLETH_GATEWAY_STREAM_IDLE_TIMEOUT_SECS`` ends with an error event; a client that goes
    away closes the upstream request at once.
+
+A model without a routable endpoint gets a 503 naming its actual state (pending in the Slurm
+queue and why, starting, stopped by the breaker, refused, disabled...), decided from the state
+the table holds (:mod:`obleth.gateway.availability`). Every answer that is not a success is one
+INFO line with the model and the reason; only a bug (an exception) is logged at ERROR, and its
+client gets an OpenAI-shaped 500. This is the only server of /v1: the web process answers it
+with a 404 pointing here (:mod:`obleth.gateway.elsewhere`).
 """
 
 from __future__ import annotations
@@ -35,7 +42,6 @@ import logging
 import re
 import time
 import urllib.parse
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +50,7 @@ import aiohttp
 from django.conf import settings
 from django.http import HttpResponse
 
+from obleth.core import limits
 from obleth.core.scrape import scrape_refusal
 from obleth.gateway import metrics
 from obleth.gateway.auth import Caller, Refusal, check_credentials
@@ -52,16 +59,21 @@ from obleth.gateway.inflight import InflightCounter
 from obleth.gateway.proxy import (
     PASSED_HEADERS,
     PASSED_PREFIXES,
+    method_not_allowed,
+    misconfigured_response,
+    model_entry,
     no_replica_response,
+    not_allowed,
+    not_found,
     openai_error,
-    rewrite_json_body,
     scrub_upstream_address,
+    usable_endpoints,
 )
 from obleth.gateway.routing import RouteEndpoint, RouteModel, RouteTable
 from obleth.gateway.table import LiveTable
-from obleth.gateway.views import _method_not_allowed, _model_entry, _not_allowed, _not_found
 from obleth.gateway.wake import Waker
-from obleth.logging import register_secret
+from obleth.logging import bound, clean_request_id, register_secret
+from obleth.logging import request_id as request_id_var
 
 log = logging.getLogger("obleth.gateway.service")
 
@@ -130,6 +142,8 @@ class _Outcome:
     status: int = 0
     endpoint: str = ""
     reason: str = ""
+    model: str = ""
+    started: bool = False  # the answer's head went out
 
 
 def _header(scope: Scope, name: bytes) -> str:
@@ -224,10 +238,13 @@ class GatewayService:
         self.balancer.forget_except(ids)
         self.waker.table_reloaded()
 
-    async def startup(self) -> None:
+    async def startup(self, *, keep_fresh: bool = True) -> None:
+        """Load the table; with ``keep_fresh``, keep it current (change notices and the timer).
+        Tests in this process pass False and reload it themselves."""
         self.table.on_reload = self._table_reloaded
         await self.table.reload()
-        self._refresher = asyncio.create_task(self.table.run())
+        if keep_fresh:
+            self._refresher = asyncio.create_task(self.table.run())
         self.load.start()
 
     async def shutdown(self) -> None:
@@ -245,16 +262,46 @@ class GatewayService:
             return
         if scope["type"] != "http":
             return
-        request_id = _header(scope, b"x-request-id")[:100] or uuid.uuid4().hex
+        request_id = clean_request_id(_header(scope, b"x-request-id") or None)
         started = time.monotonic()
         outcome = _Outcome()
-        try:
-            await self._route(scope, receive, send, request_id, outcome)
-        except _Answer as answer:
-            outcome.status = answer.response.status_code
-            await send_django(send, answer.response, request_id)
-        finally:
-            self._log(scope, outcome, time.monotonic() - started, request_id)
+
+        async def tracked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                outcome.started = True
+            await send(message)
+
+        with bound(request_id_var, request_id):
+            try:
+                await self._route(scope, receive, tracked, request_id, outcome)
+            except _Answer as answer:
+                self._answer_outcome(outcome, answer.response)
+                await send_django(tracked, answer.response, request_id)
+            except Exception:  # a bug: logged at ERROR with its traceback, the client gets 500
+                log.exception(
+                    "gateway: %s %s failed (request %s)",
+                    scope.get("method"),
+                    scope.get("path", ""),
+                    request_id,
+                )
+                outcome.status, outcome.reason = 500, "internal error (logged above)"
+                if not outcome.started:
+                    error = openai_error(
+                        500,
+                        f"The gateway failed on this request (request {request_id}); the "
+                        "operator's log has the details.",
+                        kind="server_error",
+                        code="gateway_error",
+                    )
+                    await send_django(tracked, error, request_id)
+            finally:
+                self._log(scope, outcome, time.monotonic() - started, request_id)
+
+    @staticmethod
+    def _answer_outcome(outcome: _Outcome, response: HttpResponse) -> None:
+        outcome.status = response.status_code
+        outcome.reason = str(getattr(response, "obleth_reason", "") or "") or outcome.reason
+        outcome.model = outcome.model or str(getattr(response, "obleth_model", "") or "")
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -272,16 +319,19 @@ class GatewayService:
                 return
 
     def _log(self, scope: Scope, outcome: _Outcome, secs: float, request_id: str) -> None:
-        # The path only: a query string may carry a secret a client put there.
+        """One INFO line for an answer that is not a plain success (a client's 4xx, a model's
+        503, an upstream failure): the model and the reason, never ERROR (a bug is logged at
+        ERROR where it is caught). The path only: a query string may carry a secret."""
         path = scope.get("path", "")
-        if outcome.status >= 500 or outcome.status in (401, 403, 404, 413, 429) or outcome.reason:
+        if outcome.status >= 400 or outcome.reason:
             log.info(
-                "gateway: %s %s -> %s in %.0f ms%s (request %s)",
+                "gateway: %s %s %s model=%s%s (%.0f ms, request %s)",
+                outcome.status,
                 scope.get("method"),
                 path,
-                outcome.status,
-                secs * 1000,
+                outcome.model or "-",
                 f": {outcome.reason}" if outcome.reason else "",
+                secs * 1000,
                 request_id,
             )
         elif self.config.access_log:
@@ -323,14 +373,14 @@ class GatewayService:
         table = self._table()
         if path == "/v1/models" or path.startswith("/v1/models/"):
             if method not in ("GET", "HEAD"):
-                raise _Answer(_method_not_allowed("GET"))
+                raise _Answer(method_not_allowed("GET"))
             await self._models(path, table, caller, send, request_id, outcome)
             return
         upstream_path = INFERENCE_PATHS.get(path)
         if upstream_path is None:
             raise _Answer(openai_error(404, f"No route {path}.", code="unknown_route"))
         if method != "POST":
-            raise _Answer(_method_not_allowed("POST"))
+            raise _Answer(method_not_allowed("POST"))
         body = await self._read_json(scope, receive)
         name = body.get("model")
         if not isinstance(name, str) or not name:
@@ -341,11 +391,12 @@ class GatewayService:
                     param="model",
                 )
             )
+        outcome.model = name
         if not caller.allows(name):
-            raise _Answer(_not_allowed(name))
-        route = table.get(name)
+            raise _Answer(not_allowed(name))
+        route = table.lookup(name)  # a disabled model gets a 503 that says so
         if route is None:
-            raise _Answer(_not_found(name))
+            raise _Answer(not_found(name))
         with self.load.track(route.id, route.name):
             ready = await self.waker.ready(route, receive)  # a model at zero: held while it wakes
             if isinstance(ready, HttpResponse):
@@ -384,10 +435,12 @@ class GatewayService:
         query = bytes(scope.get("query_string", b"")).decode("latin-1")
         names = [part.split("=", 1)[0] for part in query.split("&") if part]
         client = scope.get("client") or ("unknown", 0)
+        # Behind OBLETH_TRUSTED_PROXY_COUNT proxies: the address the outermost one saw.
+        address = limits.address_of(str(client[0]), _header(scope, b"x-forwarded-for"))
         decision = await asyncio.to_thread(
             check_credentials,
             _header(scope, b"authorization"),
-            address=str(client[0])[:100],
+            address=address,
             path=str(scope.get("path", "")),
             query_names=[urllib.parse.unquote_plus(n) for n in names],
             has_x_api_key=bool(_header(scope, b"x-api-key")),
@@ -427,16 +480,16 @@ class GatewayService:
         if path == "/v1/models":
             payload: dict[str, Any] = {
                 "object": "list",
-                "data": [_model_entry(r) for r in table.listed() if caller.allows(r.name)],
+                "data": [model_entry(r) for r in table.listed() if caller.allows(r.name)],
             }
         else:
             name = path[len("/v1/models/") :]  # uvicorn has unquoted the path already
             if not caller.allows(name):
-                raise _Answer(_not_allowed(name))
+                raise _Answer(not_allowed(name))
             route = table.get(name)
             if route is None:
-                raise _Answer(_not_found(name))
-            payload = _model_entry(route)
+                raise _Answer(not_found(name))
+            payload = model_entry(route)
         outcome.status = 200
         await send_django(
             send, HttpResponse(json.dumps(payload), content_type="application/json"), request_id
@@ -503,10 +556,10 @@ class GatewayService:
 
     # ------------------------------------------------------------------ relay
 
-    async def _wait_for_room(self, route: RouteModel) -> None:
+    async def _wait_for_room(self, endpoints: list[RouteEndpoint], route: RouteModel) -> None:
         if self.balancer.max_concurrency <= 0:
             return
-        ids = [ep.id for ep in route.endpoints]
+        ids = [ep.id for ep in endpoints]
 
         def room() -> bool:
             return any(self.balancer.has_room(eid) for eid in ids)
@@ -516,16 +569,18 @@ class GatewayService:
                 async with self._slot_freed:
                     await self._slot_freed.wait_for(room)
         except TimeoutError:
-            raise _Answer(
-                openai_error(
-                    429,
-                    f"Every replica of model '{route.name}' is at its limit of "
-                    f"{self.balancer.max_concurrency} requests; retry shortly.",
-                    kind="rate_limit_error",
-                    code="replicas_busy",
-                    headers={"Retry-After": "1"},
-                )
-            ) from None
+            raise _Answer(self._busy(route)) from None
+
+    def _busy(self, route: RouteModel) -> HttpResponse:
+        return openai_error(
+            429,
+            f"Every replica of model '{route.name}' is at its limit of "
+            f"{self.balancer.max_concurrency} requests; retry shortly.",
+            kind="rate_limit_error",
+            code="replicas_busy",
+            headers={"Retry-After": "1"},
+            model=route.name,
+        )
 
     async def _release(self, endpoint_id: str, model: str) -> None:
         self.balancer.finished(endpoint_id)
@@ -561,15 +616,18 @@ class GatewayService:
         affinity = _header(scope, self.config.affinity_header.encode()) or None
         if not self.config.affinity_header:
             affinity = None
-        await self._wait_for_room(route)
+        if not route.endpoints:
+            raise _Answer(no_replica_response(route))
+        # Rows that cannot make a request are skipped before the tries are counted.
+        usable = usable_endpoints(route, list(route.endpoints))
+        if not usable:
+            raise _Answer(misconfigured_response(route))
+        await self._wait_for_room(usable, route)
         candidates = [
-            ep
-            for ep in self.balancer.order(route.endpoints, affinity)
-            if self.balancer.has_room(ep.id)
+            ep for ep in self.balancer.order(usable, affinity) if self.balancer.has_room(ep.id)
         ]
         if not candidates:
-            outcome.reason = "no replica ready"
-            raise _Answer(no_replica_response(route))
+            raise _Answer(self._busy(route))
         stream = body.get("stream") is True
         content = json.dumps({**body, "model": route.forwarded_name}).encode()
         tries = candidates[: self.config.max_tries]
@@ -724,8 +782,8 @@ class GatewayService:
         passed = passed_headers(upstream.headers)
         ok = upstream.status < 300
         if ok and "json" in passed.get("content-type", ""):
-            if route.forwarded_name != route.name:
-                data = rewrite_json_body(data, route.name)
+            if b'"model"' in data:  # engines answer with their own id (a path, an alias)
+                data = _MODEL_FIELD.sub(model_replacement(route.name), data)
             if b'"usage"' in data:
                 with contextlib.suppress(ValueError, UnicodeDecodeError):
                     _count_usage(route.name, json.loads(data))
@@ -802,6 +860,11 @@ class GatewayService:
 _MODEL_FIELD = re.compile(rb'("model"\s*:\s*)"(?:[^"\\]|\\.)*"')
 
 
+def model_replacement(client_name: str) -> bytes:
+    """What :data:`_MODEL_FIELD` is replaced with: the key, then the client's name as JSON."""
+    return rb"\1" + json.dumps(client_name).encode().replace(b"\\", b"\\\\")
+
+
 class _StreamRenamer:
     """Sets "model" of each event back to the client's name, at C speed: a regular expression
     over whole lines replaces the value of every ``"model":`` key (an escaped ``\\"model\\"``
@@ -809,7 +872,7 @@ class _StreamRenamer:
     untouched when no line names a model; a line split across chunks waits for its end."""
 
     def __init__(self, client_name: str) -> None:
-        self._replacement = rb"\1" + json.dumps(client_name).encode().replace(b"\\", b"\\\\")
+        self._replacement = model_replacement(client_name)
         self._pending = b""
 
     def feed(self, chunk: bytes) -> bytes:

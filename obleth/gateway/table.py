@@ -1,11 +1,13 @@
 """The gateway service's routing table: held in memory, reloaded when something changes.
 
-A request never touches the database. The table (models, endpoints, client keys) is read by
+A request never touches the database. The table (models, endpoints, each model's state for its
+503: spec switches, breaker, refused submit, pending and starting replicas) is read by
 :func:`obleth.gateway.routing.build_route_table` in a thread and swapped in whole:
 
-- at once when a change message arrives on the Redis channel :data:`CHANNEL` (published by the
-  web process, the provisioner and the endpoint check whenever an endpoint, a model or a key
-  changes: :func:`publish_change`);
+- at once when a change message arrives on the Redis channel :func:`channel` (published by the
+  web process, the provisioner and the endpoint check whenever an endpoint, a model, a managed
+  spec, a replica or a key changes: :func:`publish_change`, see :mod:`obleth.gateway.signals`;
+  the provisioner publishes once per pass that changed replica rows);
 - every ``OBLETH_GATEWAY_RELOAD_SECS`` in any case, so a lost message (Redis restarting) or a
   change made behind Django's back costs at most that long.
 
@@ -19,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -29,18 +32,30 @@ from obleth.gateway.routing import RouteTable, build_route_table
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "obleth:gateway:changed"
+CHANNEL_PREFIX = "obleth:gateway:changed"
 
 
 def redis_url() -> str:
     return str(getattr(settings, "REDIS_URL", "") or "redis://127.0.0.1:6379/0")
 
 
+def channel() -> str:
+    """``obleth:gateway:changed:<db>``: pub/sub channels are server-wide, not per database, so
+    the Redis database number of REDIS_URL is in the name; installs that share a Redis server on
+    different databases do not reload on each other's changes."""
+    path = urllib.parse.urlsplit(redis_url()).path.strip("/")
+    return f"{CHANNEL_PREFIX}:{path if path.isdigit() else '0'}"
+
+
 _publisher: Any = None
+_quiet_until = 0.0  # after a failed publish, none is tried until then (Redis is down)
+QUIET_AFTER_FAILURE_SECS = 5.0
 
 
 def _publish_now(what: str) -> None:
-    global _publisher
+    global _publisher, _quiet_until
+    if time.monotonic() < _quiet_until:
+        return  # each try would cost a connect timeout; the gateways' timer covers the miss
     try:
         import redis
 
@@ -48,8 +63,9 @@ def _publish_now(what: str) -> None:
             _publisher = redis.Redis.from_url(
                 redis_url(), socket_timeout=0.5, socket_connect_timeout=0.5
             )
-        _publisher.publish(CHANNEL, what)
+        _publisher.publish(channel(), what)
     except Exception as exc:  # Redis down must never fail the write that changed
+        _quiet_until = time.monotonic() + QUIET_AFTER_FAILURE_SECS
         log.debug("gateway change notice not published (%s); gateways reload on their timer", exc)
 
 
@@ -139,9 +155,9 @@ class LiveTable:
             client = aioredis.Redis.from_url(redis_url(), socket_connect_timeout=2)
             try:
                 pubsub = client.pubsub()
-                await pubsub.subscribe(CHANNEL)
+                await pubsub.subscribe(channel())
                 if not self._listening:
-                    log.debug("gateway: listening for routing changes on %s", CHANNEL)
+                    log.debug("gateway: listening for routing changes on %s", channel())
                 self._listening, delay = True, 0.5
                 self.notify()  # anything may have changed while we were not listening
                 async for message in pubsub.listen():

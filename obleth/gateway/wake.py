@@ -166,7 +166,7 @@ class Waker:
 
     async def ready(self, route: RouteModel, receive: Receive) -> RouteModel | HttpResponse:
         """The route to forward to (with endpoints), or the answer to send instead."""
-        if route.endpoints or not route.wakeable or route.stopped:
+        if route.endpoints or not route.wakeable or route.state.breaker:
             return route
         started = time.monotonic()
         deadline = started + max(self.hold_secs, 0.0)

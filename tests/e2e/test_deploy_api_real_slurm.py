@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
-from django.test import Client
 from rest_framework.test import APIClient
 
 from obleth.core.models import Endpoint, Launch, Model
 from obleth.gateway import keys
 from tests.e2e.conftest import ProvisionerEnv
 from tests.plugins.factories import ADMIN_TOKEN
+from tests.plugins.gateway_client import GatewayClient
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 URL = "/api/v1/deployments"
@@ -40,11 +40,11 @@ def api() -> APIClient:
 
 
 def chat(model: str, question: str) -> Any:
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('deploy-e2e').secret}")
+    """Through the gateway service (in this process: tests/plugins/gateway_client.py)."""
+    secret = keys.create_key("deploy-e2e").secret
     body = {"model": model, "messages": [{"role": "user", "content": question}], "max_tokens": 16}
-    return client.post(
-        "/v1/chat/completions", data=json.dumps(body), content_type="application/json"
-    )
+    with GatewayClient(HTTP_AUTHORIZATION=f"Bearer {secret}") as gateway:
+        return gateway.post("/v1/chat/completions", data=json.dumps(body))
 
 
 def dry_run_then_launch(

@@ -1,8 +1,9 @@
 """Walltime handover on the REAL local Slurm cluster, with a bounded load loop through the gateway.
 
 Nothing is faked: real slurmrestd, real jobs running the project's test engine with a 3-minute
-time limit, real probes and endpoints, and requests through obleth's /v1 gateway (Django's test
-client in-process; the gateway proxies over HTTP to the engines on 127.0.0.1). Three boundaries:
+time limit, real probes and endpoints, and requests through obleth's /v1 gateway service (in this
+process, tests/plugins/gateway_client.py, its routing table read before each request; it proxies
+over HTTP to the engines on 127.0.0.1). Three boundaries:
 each successor is itself handed over about a minute after it starts (time limit 3 minutes,
 handover 120 s), so the test takes about four minutes.
 """
@@ -16,12 +17,12 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import Client
 
 from obleth.core.choices import ReplicaState
 from obleth.core.models import Endpoint, Launch, ManagedSpec, Replica
 from obleth.gateway import keys
 from tests.e2e.conftest import ProvisionerEnv, squeue
+from tests.plugins.gateway_client import GatewayClient
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
@@ -37,21 +38,20 @@ class LoadLoop(threading.Thread):
         self.failures: list[str] = []
 
     def run(self) -> None:
-        client = Client(HTTP_AUTHORIZATION=f"Bearer {self.secret}")
+        client = GatewayClient(HTTP_AUTHORIZATION=f"Bearer {self.secret}")
         body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "hi"}]})
         try:
             for _ in range(self.limit):
                 if self.stop.is_set():
                     break
-                answer = client.post(
-                    "/v1/chat/completions", data=body, content_type="application/json"
-                )
+                answer = client.post("/v1/chat/completions", data=body)
                 if answer.status_code == 200:
                     self.ok += 1
                 else:
                     self.failures.append(f"{answer.status_code}: {answer.content[:200]!r}")
                 time.sleep(0.05)
         finally:
+            client.close()
             connection.close()
 
 

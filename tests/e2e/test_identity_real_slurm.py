@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 from django.conf import settings as django_settings
-from django.test import Client
 
 from obleth.core.models import Endpoint, Launch, SlurmSettings
 from obleth.gateway import keys
 from recipes.deploy.spec import deploy
 from tests.e2e.conftest import ProvisionerEnv
+from tests.plugins.gateway_client import GatewayClient
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
@@ -54,12 +54,14 @@ def test_library_test_engine_recipe_is_healthy_with_its_replica_key(
     )
     assert keyed.status_code == 200 and keyed.json()["data"][0]["id"] == "test-engine"
 
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('e2e').secret}")  # closed gateway
-    answer = client.post(
-        "/v1/chat/completions",
-        data=json.dumps({"model": "e2e-identity", "messages": [{"role": "user", "content": "x"}]}),
-        content_type="application/json",
-    )
+    secret = keys.create_key("e2e").secret  # the gateway is closed
+    with GatewayClient(HTTP_AUTHORIZATION=f"Bearer {secret}") as gateway:
+        answer = gateway.post(
+            "/v1/chat/completions",
+            data=json.dumps(
+                {"model": "e2e-identity", "messages": [{"role": "user", "content": "x"}]}
+            ),
+        )
     assert answer.status_code == 200, answer.content  # the gateway sent the key upstream
 
     # The key went through the job's environment only: not in the launch record, and no

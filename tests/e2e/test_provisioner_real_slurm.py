@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
-from django.test import Client
 
 from obleth.core.choices import ReplicaState
 from obleth.core.models import (
@@ -31,6 +30,7 @@ from obleth.core.models import (
 from obleth.gateway import keys
 from provisioner.reconcile import run_pass
 from tests.e2e.conftest import ProvisionerEnv, engine_control, engine_stats, squeue
+from tests.plugins.gateway_client import GatewayClient
 from tests.plugins.real_slurm import run_slurm_local, scancel
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
@@ -81,11 +81,11 @@ def test_two_replicas_become_healthy_routable_and_warmed_up(
     assert launches.count() == 2 and all(launch.healthy_at and launch.job_id for launch in launches)
 
     key = keys.create_key("e2e")  # the gateway is closed without a key
-    answer = Client(HTTP_AUTHORIZATION=f"Bearer {key.secret}").post(
-        "/v1/chat/completions",
-        data=json.dumps({"model": "e2e-chat", "messages": [{"role": "user", "content": "hi"}]}),
-        content_type="application/json",
-    )
+    with GatewayClient(HTTP_AUTHORIZATION=f"Bearer {key.secret}") as gateway:
+        answer = gateway.post(
+            "/v1/chat/completions",
+            data=json.dumps({"model": "e2e-chat", "messages": [{"role": "user", "content": "hi"}]}),
+        )
     assert answer.status_code == 200, answer.content
     assert answer.json()["choices"][0]["message"]["content"]
     status = ProvisionerStatus.load()

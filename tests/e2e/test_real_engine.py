@@ -26,12 +26,12 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings as django_settings
-from django.test import Client
 
 from obleth.core.models import Endpoint, Launch, SlurmSettings
 from obleth.gateway import keys
 from recipes.deploy.spec import deploy
 from tests.e2e.conftest import ProvisionerEnv
+from tests.plugins.gateway_client import GatewayClient
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
@@ -85,17 +85,16 @@ def _report(record_property: Callable[[str, object], None], name: str, seconds: 
     sys.stderr.write(f"[real-engine] {name}: {seconds:.2f} s\n")
 
 
-def _chat(client: Client, **extra: Any) -> Any:
+def _chat(client: GatewayClient, *, stream: bool = False) -> Any:
+    """One question; ``stream``: asked as an event stream, read as it comes."""
     body = {
         "model": "smollm2",
         "messages": [{"role": "user", "content": QUESTION}],
         "max_tokens": 16,
         "temperature": 0,
-        **extra,
+        **({"stream": True} if stream else {}),
     }
-    return client.post(
-        "/v1/chat/completions", data=json.dumps(body), content_type="application/json"
-    )
+    return client.post("/v1/chat/completions", data=json.dumps(body), stream=stream)
 
 
 @pytest.mark.timeout(30 * 60)
@@ -103,6 +102,7 @@ def test_llamacpp_smollm2_replica_answers_through_the_gateway(
     llamacpp_engine: tuple[str, str],
     provisioner_env: ProvisionerEnv,
     record_property: Callable[[str, object], None],
+    request: pytest.FixtureRequest,
 ) -> None:
     env = provisioner_env
     model = deploy(
@@ -148,7 +148,9 @@ def test_llamacpp_smollm2_replica_answers_through_the_gateway(
     assert served["owned_by"] == "llamacpp", listed
     assert served["meta"]["n_params"] == SMOLLM2_PARAMS, listed
 
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('e2e').secret}")  # closed gateway
+    # The gateway service, in this process (tests/plugins/gateway_client.py); closed: a key.
+    client = GatewayClient(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('e2e').secret}")
+    request.addfinalizer(client.close)
     answer = _chat(client)
     first_answer = time.monotonic()
     _report(record_property, "healthy_to_first_answer_s", first_answer - healthy)
@@ -163,9 +165,9 @@ def test_llamacpp_smollm2_replica_answers_through_the_gateway(
 
     streamed = _chat(client, stream=True)
     assert streamed.status_code == 200, streamed.content
-    assert streamed.streaming
+    assert "content-length" not in streamed.headers  # relayed as it comes, not buffered
     assert streamed["Content-Type"].startswith("text/event-stream")
-    text = b"".join(streamed.streaming_content).decode()
+    text = b"".join(streamed.iter_chunks()).decode()
     events = [line[6:] for line in text.split("\n") if line.startswith("data: ")]
     assert events and events[-1] == "[DONE]", text[-500:]
     chunks = [json.loads(e) for e in events[:-1]]

@@ -96,7 +96,6 @@ def serving(transactional_db: Any, settings: Any) -> Iterator[Serving]:
     settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS = 2
     settings.OBLETH_PROVISIONER_HELD_ALERT_SECS = 1
     settings.OBLETH_MODEL_HEALTH_ENABLED = False
-    settings.OBLETH_GATEWAY_ROUTE_CACHE_MS = 0
     settings.OBLETH_GATEWAY_OPEN = True  # the gateway is closed by default (gateway keys)
     base = free_windows(3)
     engines = Child(

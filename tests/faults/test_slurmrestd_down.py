@@ -55,7 +55,6 @@ def test_real_slurmrestd_down_holds_and_recovers(
     settings.OBLETH_PROVISIONER_HEALTH_TIMEOUT_SECS = 2
     settings.OBLETH_PROVISIONER_HELD_ALERT_SECS = 1
     settings.OBLETH_MODEL_HEALTH_ENABLED = False
-    settings.OBLETH_GATEWAY_ROUTE_CACHE_MS = 0
     settings.OBLETH_GATEWAY_OPEN = True  # the gateway is closed by default (gateway keys)
     slurm = SlurmSettings.load()
     slurm.enabled = True

@@ -23,23 +23,25 @@ from typing import Any
 
 import jwt as pyjwt
 import pytest
-from django.test import Client
 
 from obleth.core.models import Alert, ManagedSpec, SlurmSettings
 from provisioner.reconcile import run_pass
 from provisioner.status import HELD_ALERT_KEY, describe_status
 from tests.faults.conftest import TOKEN, Serving
+from tests.plugins.gateway_client import GatewayClient
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def chat(model: str) -> int:
+    """One request through the gateway service (in this process: tests/plugins/gateway_client.py)
+    with the routing table read now."""
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
-    return (
-        Client()
-        .post("/v1/chat/completions", json.dumps(body), content_type="application/json")
-        .status_code
-    )
+    gateway = GatewayClient()
+    try:
+        return gateway.post("/v1/chat/completions", json.dumps(body)).status_code
+    finally:
+        gateway.close()
 
 
 def expired_token() -> str:

@@ -25,7 +25,6 @@ import pytest
 
 from obleth.gateway.health import clear_catalog_cache
 from obleth.gateway.keys import invalidate_keys
-from obleth.gateway.routing import invalidate_routes
 
 ENGINE = Path(__file__).resolve().parents[2] / "provisioner" / "testengine" / "server.py"
 
@@ -38,11 +37,9 @@ def free_port() -> int:
 
 @pytest.fixture(autouse=True)
 def _fresh_caches() -> Iterator[None]:
-    invalidate_routes()
     invalidate_keys()
     clear_catalog_cache()
     yield
-    invalidate_routes()
     invalidate_keys()
     clear_catalog_cache()
 

@@ -2,7 +2,8 @@
 must not turn a model's requests into 500s: the gateway skips them, logs why, and fails over to
 the model's healthy endpoints.
 
-The rows are written with ``QuerySet.update`` (no validation), as old rows were. The healthy
+The rows are written with ``QuerySet.update`` (no validation), as old rows were. Requests go
+through the gateway service in this process (tests/plugins/gateway_client.py); the healthy
 endpoint is the real stdlib recorder server of tests/gateway/conftest.py; nothing is mocked.
 """
 
@@ -13,12 +14,11 @@ import logging
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from obleth.core.models import Endpoint
-from obleth.gateway.routing import invalidate_routes
 from tests.gateway.conftest import Recorder
 from tests.plugins.factories import make_endpoint, make_model
+from tests.plugins.gateway_client import GatewayClient
 
 pytestmark = pytest.mark.django_db
 
@@ -39,8 +39,8 @@ def _open_gateway(settings: Any) -> None:
     settings.OBLETH_GATEWAY_OPEN = True  # the gateway-keys work closes it by default
 
 
-def _post(client: Client) -> Any:
-    return client.post(
+def _post(gateway: GatewayClient) -> Any:
+    return gateway.post(
         "/v1/chat/completions",
         data=json.dumps({"model": "robust", **CHAT}),
         content_type="application/json",
@@ -49,9 +49,12 @@ def _post(client: Client) -> Any:
 
 @pytest.mark.parametrize("bad", BAD_ROWS)
 def test_a_bad_row_is_skipped_and_the_request_fails_over(
-    client: Client, recorder: Recorder, bad: dict[str, str], caplog: pytest.LogCaptureFixture
+    gateway: GatewayClient,
+    recorder: Recorder,
+    bad: dict[str, str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="obleth.gateway.proxy")
+    caplog.set_level(logging.WARNING, logger="obleth.gateway.service")
     model = make_model(name="robust")
     broken = make_endpoint(model, name="broken", api_base="http://127.0.0.1:9/v1", priority=1)
     Endpoint.objects.filter(pk=broken.pk).update(**bad)  # as a row from before validation
@@ -60,9 +63,8 @@ def test_a_bad_row_is_skipped_and_the_request_fails_over(
         broken.api_key = bad["api_key"]
         broken.save(update_fields=["api_key"])
     make_endpoint(model, name="healthy", api_base=recorder.api_base, priority=2)
-    invalidate_routes()
 
-    response = _post(client)
+    response = _post(gateway)
 
     assert response.status_code == 200, response.content[:300]
     assert len(recorder.inference_requests()) == 1  # the healthy endpoint took it
@@ -74,27 +76,25 @@ def test_a_bad_row_is_skipped_and_the_request_fails_over(
         assert "clé" not in record.getMessage() and "sk-line" not in record.getMessage()
 
 
-def test_only_bad_rows_is_a_502_that_says_so(client: Client) -> None:
+def test_only_bad_rows_is_a_502_that_says_so(gateway: GatewayClient) -> None:
     model = make_model(name="robust")
     broken = make_endpoint(model, name="broken", api_base="http://127.0.0.1:9/v1")
     Endpoint.objects.filter(pk=broken.pk).update(api_base="http://127.0.0.1:9/v1\r\nX: 1")
-    invalidate_routes()
-    response = _post(client)
+    response = _post(gateway)
     assert response.status_code == 502
     error = json.loads(response.content)["error"]
     assert error["code"] == "upstream_misconfigured"
     assert "misconfigured" in error["message"]
 
 
-def test_a_bad_row_does_not_use_up_the_tries(client: Client, recorder: Recorder) -> None:
+def test_a_bad_row_does_not_use_up_the_tries(gateway: GatewayClient, recorder: Recorder) -> None:
     """Three broken rows ahead of the healthy one: skipping them costs no try (MAX_TRIES=3)."""
     model = make_model(name="robust")
     for n in range(3):
         ep = make_endpoint(model, name=f"broken-{n}", api_base="http://127.0.0.1:9/v1", priority=1)
         Endpoint.objects.filter(pk=ep.pk).update(api_base=f"http://127.0.0.1:9/v{n}\n")
     make_endpoint(model, name="healthy", api_base=recorder.api_base, priority=5)
-    invalidate_routes()
-    assert _post(client).status_code == 200
+    assert _post(gateway).status_code == 200
     assert len(recorder.inference_requests()) == 1
 
 

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from obleth.core.choices import ModelType
+from obleth.core.models import Endpoint
 from tests.gateway.conftest import Engine, Recorder, Script
 from tests.gateway.service_fixtures import GatewayProcess, HungUpstream
 from tests.plugins.factories import make_endpoint, make_model
@@ -366,6 +367,26 @@ def test_new_endpoint_is_routable_without_a_restart(gateway_factory: Any, engine
     assert r.status_code == 200, "the change notice did not reach the gateway"
 
 
+def test_a_change_without_a_notice_is_routable_within_the_reload_timer(
+    gateway_factory: Any, recorder: Recorder, engine: Engine
+) -> None:
+    """``QuerySet.update`` sends no signal, so no notice: the periodic reload
+    (OBLETH_GATEWAY_RELOAD_SECS) picks such a change up within its period."""
+    model = make_model(name="out-of-band")
+    ep = make_endpoint(model, api_base=recorder.api_base)
+    gw = gateway_factory(OBLETH_GATEWAY_RELOAD_SECS="1")
+    gw.settle()
+    assert chat(gw, "out-of-band").status_code == 200
+    Endpoint.objects.filter(pk=ep.pk).update(api_base=engine.api_base)
+    changed = time.monotonic()
+    while engine.inference_count("/v1/chat/completions") == 0 and time.monotonic() - changed < 10:
+        assert chat(gw, "out-of-band").status_code == 200
+        time.sleep(0.1)
+    assert engine.inference_count("/v1/chat/completions") >= 1
+    assert time.monotonic() - changed < 3, "not within the 1 s reload period"
+    assert len(recorder.inference_requests()) >= 1
+
+
 def test_sigterm_lets_a_stream_in_flight_finish(gateway_factory: Any, recorder: Recorder) -> None:
     hold = threading.Event()
     recorder.script = Script(
@@ -401,7 +422,7 @@ def test_sigterm_lets_a_stream_in_flight_finish(gateway_factory: Any, recorder: 
     assert gw.process.wait(timeout=10) in (0, -signal.SIGTERM)
 
 
-def test_closed_by_default_and_keys_checked_like_the_django_gateway(
+def test_closed_by_default_and_keys_checked_by_the_shared_decision(
     gateway_factory: Any, engine: Engine
 ) -> None:
     """The same decision as everywhere (obleth.gateway.auth.check_credentials): no key yet ->

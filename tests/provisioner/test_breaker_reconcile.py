@@ -18,15 +18,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from obleth.core import services
 from obleth.core.models import Alert, Launch, ManagedSpec, Replica, SlurmSettings
-from obleth.gateway.routing import invalidate_routes
 from provisioner.reconcile import run_pass
 from provisioner.slurm.fake import FakeNode, FakeSlurmrestd
 from tests.plugins.factories import make_slurm_model
+from tests.plugins.gateway_client import GatewayClient
 
 TOKEN = "fake-slurm-token"
 
@@ -58,9 +57,9 @@ def serve(row: Replica) -> None:
     Replica.objects.filter(pk=row.pk).update(state="healthy", healthy_at=timezone.now())
 
 
-def chat(client: Client, name: str) -> Any:
-    invalidate_routes()
-    return client.post(
+def chat(gateway: GatewayClient, name: str) -> Any:
+    """Through the gateway service (in this process: tests/plugins/gateway_client.py)."""
+    return gateway.post(
         "/v1/chat/completions",
         data=json.dumps({"model": name, "messages": [{"role": "user", "content": "hi"}]}),
         content_type="application/json",
@@ -68,7 +67,10 @@ def chat(client: Client, name: str) -> Any:
 
 
 def test_churn_is_replaced_failed_launch_trips_and_try_once_more_resumes(
-    fake: FakeSlurmrestd, client: Client, caplog: pytest.LogCaptureFixture, api_client: Any
+    fake: FakeSlurmrestd,
+    gateway: GatewayClient,
+    caplog: pytest.LogCaptureFixture,
+    api_client: Any,
 ) -> None:
     model = make_slurm_model(name="brk", spec={"max_job_failures": 1, "target_replicas": 1})
     assert run_pass(dispatch="inline").status == "ok"
@@ -112,16 +114,20 @@ def test_churn_is_replaced_failed_launch_trips_and_try_once_more_resumes(
     assert sum(1 for r in list(fake.requests) if r[0] == "POST") == posts
 
     # 3. The gateway's 503 says the model was stopped and how to resume; the API shows it.
-    answer = chat(client, "brk")
+    answer = chat(gateway, "brk")
     assert answer.status_code == 503
     error = json.loads(answer.content)["error"]
     assert error["code"] == "model_stopped"
-    assert "Try once more" in error["message"] and "retry in a minute" not in error["message"]
+    assert "Try once more" in error["message"] and "Retry in" not in error["message"]
+    assert f"POST /api/v1/models/{model.pk}/replicas/clear-lost/" in error["message"]
+    assert "retry-after" not in answer.headers  # retrying cannot help until someone acts
 
     # 4. Try once more: the breaker clears at once, the next pass launches again.
     assert services.clear_lost(model.pk, actor="test") == 2
     assert ManagedSpec.objects.get(pk=model.pk).breaker_message == ""
-    assert json.loads(chat(client, "brk").content)["error"]["code"] == "no_replica_ready"
+    resumed = chat(gateway, "brk")
+    assert resumed.json()["error"]["code"] == "no_replica_ready"
+    assert resumed["Retry-After"] == "30"
     assert run_pass(dispatch="inline").status == "ok"
     assert only_live_job(model.pk).job_id
 

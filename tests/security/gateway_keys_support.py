@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from obleth.gateway import keys
+from tests.plugins.gateway_client import GatewayClient
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
@@ -34,8 +34,8 @@ def bearer(secret: str) -> dict[str, str]:
     return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
 
 
-def chat(client: Client, model: str, **extra: Any) -> Any:
-    return client.post(
+def chat(gateway: GatewayClient, model: str, **extra: Any) -> Any:
+    return gateway.post(
         "/v1/chat/completions",
         data=json.dumps({"model": model, **CHAT}),
         content_type="application/json",

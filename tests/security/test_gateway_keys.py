@@ -1,10 +1,11 @@
 """Gateway keys and the closed gateway (issue 7, part 2), on the real database.
 
-Requests go through Django's URL routing, the /v1 views, the key table and obleth.core.limits;
-nothing is mocked. No upstream is needed: the answers checked here are decided before a request
-is forwarded (a model allowed for a key but with no endpoint answers 503, which proves it passed
-authentication). ``check --deploy`` runs as a real ``manage.py`` subprocess. Keys in the query
-string, throttling and hostile headers: test_gateway_key_abuse.py.
+Requests go through the gateway service (in this process: tests/plugins/gateway_client.py), the
+key table and obleth.core.limits; nothing is mocked. No upstream is needed: the answers checked
+here are decided before a request is forwarded (a model allowed for a key but with no endpoint
+answers 503, which proves it passed authentication). ``check --deploy`` runs as a real
+``manage.py`` subprocess. Keys in the query string, throttling and hostile headers:
+test_gateway_key_abuse.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from obleth.core.models import AuthFailureWindow
 from obleth.gateway import keys
 from obleth.gateway.models import GatewayKey
 from tests.plugins.factories import make_model
+from tests.plugins.gateway_client import GatewayClient
 from tests.security.gateway_keys_support import (
     ROOT,
     bearer,
@@ -40,13 +42,13 @@ from tests.security.gateway_keys_support import (
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("closed_gateway")]
 
 
-def test_gateway_is_closed_by_default_with_a_how_to(client: Client) -> None:
+def test_gateway_is_closed_by_default_with_a_how_to(gateway: GatewayClient) -> None:
     make_model(name="m")
     for response in (
-        client.get("/v1/models"),
-        client.get("/v1/models/m"),
-        chat(client, "m"),
-        chat(client, "m", **bearer("obk_whatever")),
+        gateway.get("/v1/models"),
+        gateway.get("/v1/models/m"),
+        chat(gateway, "m"),
+        chat(gateway, "m", **bearer("obk_whatever")),
     ):
         assert response.status_code == 401
         error = error_of(response)
@@ -72,7 +74,7 @@ def test_the_shipped_default_is_closed() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_only_revoked_or_expired_keys_leave_it_closed(client: Client) -> None:
+def test_only_revoked_or_expired_keys_leave_it_closed(gateway: GatewayClient) -> None:
     revoked = keys.create_key("old")
     keys.revoke_key(revoked.key)
     expired = keys.create_key("short", expires_at=timezone.now() + dt.timedelta(hours=1))
@@ -80,25 +82,25 @@ def test_only_revoked_or_expired_keys_leave_it_closed(client: Client) -> None:
         expires_at=timezone.now() - dt.timedelta(seconds=1)
     )
     keys.invalidate_keys()
-    response = client.get("/v1/models", **bearer(expired.secret))
+    response = gateway.get("/v1/models", **bearer(expired.secret))
     assert response.status_code == 401
     assert error_of(response)["code"] == "no_gateway_keys"
 
 
-def test_static_keys_still_work(client: Client, settings: Any) -> None:
+def test_static_keys_still_work(gateway: GatewayClient, settings: Any) -> None:
     settings.OBLETH_GATEWAY_API_KEYS = ["static-key-0123456789"]
     make_model(name="m")
-    assert client.get("/v1/models").status_code == 401
-    ok = client.get("/v1/models", **bearer("static-key-0123456789"))
+    assert gateway.get("/v1/models").status_code == 401
+    ok = gateway.get("/v1/models", **bearer("static-key-0123456789"))
     assert ok.status_code == 200
     assert [m["id"] for m in ok.json()["data"]] == ["m"]
 
 
-def test_open_mode_lets_requests_in_without_a_key(client: Client, settings: Any) -> None:
+def test_open_mode_lets_requests_in_without_a_key(gateway: GatewayClient, settings: Any) -> None:
     settings.OBLETH_GATEWAY_OPEN = True
     make_model(name="m")
-    assert client.get("/v1/models").status_code == 200
-    assert chat(client, "m").status_code == 503  # passed auth; no endpoint behind it
+    assert gateway.get("/v1/models").status_code == 200
+    assert chat(gateway, "m").status_code == 503  # passed auth; no endpoint behind it
 
 
 def test_open_mode_banner_on_every_admin_page(admin_client: Client, settings: Any) -> None:
@@ -168,7 +170,7 @@ def test_api_shows_the_secret_once_and_stores_only_its_digest(api_client: Any) -
     assert one.json()["status"] == "active"
 
 
-def test_admin_shows_the_secret_once(admin_client: Client) -> None:
+def test_admin_shows_the_secret_once(admin_client: Client, gateway: GatewayClient) -> None:
     model = make_model(name="m")
     response = admin_client.post(
         "/admin/gateway/gatewaykey/add/",
@@ -186,7 +188,7 @@ def test_admin_shows_the_secret_once(admin_client: Client) -> None:
         shown = admin_client.get(page).content.decode()
         assert secret not in shown and key.digest not in shown
         assert key.prefix in shown
-    assert Client().get("/v1/models", **bearer(secret)).status_code == 200
+    assert gateway.get("/v1/models", **bearer(secret)).status_code == 200
 
 
 def test_command_prints_the_secret_once(settings: Any) -> None:
@@ -266,43 +268,45 @@ def test_api_needs_an_operator(anon_client: Any) -> None:
     assert not GatewayKey.objects.exists()
 
 
-def test_allowed_models_limit_listing_and_calls(client: Client) -> None:
+def test_allowed_models_limit_listing_and_calls(gateway: GatewayClient) -> None:
     make_model(name="a")
     make_model(name="b")
     limited = keys.create_key("limited", models=keys.resolve_models(["a"]))
     everything = keys.create_key("all")
-    listed = client.get("/v1/models", **bearer(limited.secret)).json()
+    listed = gateway.get("/v1/models", **bearer(limited.secret)).json()
     assert [m["id"] for m in listed["data"]] == ["a"]
-    full = client.get("/v1/models", **bearer(everything.secret)).json()
+    full = gateway.get("/v1/models", **bearer(everything.secret)).json()
     assert [m["id"] for m in full["data"]] == ["a", "b"]
-    assert client.get("/v1/models/a", **bearer(limited.secret)).status_code == 200
+    assert gateway.get("/v1/models/a", **bearer(limited.secret)).status_code == 200
     for name in ("b", "no-such-model"):  # the same answer: a key learns nothing of other models
         for response in (
-            client.get(f"/v1/models/{name}", **bearer(limited.secret)),
-            chat(client, name, **bearer(limited.secret)),
+            gateway.get(f"/v1/models/{name}", **bearer(limited.secret)),
+            chat(gateway, name, **bearer(limited.secret)),
         ):
             assert response.status_code == 403
             error = error_of(response)
             assert error["code"] == "model_not_allowed" and error["param"] == "model"
-    assert chat(client, "a", **bearer(limited.secret)).status_code == 503  # allowed, no endpoint
-    assert chat(client, "b", **bearer(everything.secret)).status_code == 503
+    assert chat(gateway, "a", **bearer(limited.secret)).status_code == 503  # allowed, no endpoint
+    assert chat(gateway, "b", **bearer(everything.secret)).status_code == 503
 
 
-def test_deleting_a_keys_only_model_never_widens_it(client: Client, api_client: Any) -> None:
+def test_deleting_a_keys_only_model_never_widens_it(
+    gateway: GatewayClient, api_client: Any
+) -> None:
     only = make_model(name="only")
     make_model(name="other")
     limited = keys.create_key("limited", models=[only])
     only.delete()
-    assert client.get("/v1/models", **bearer(limited.secret)).json()["data"] == []
-    assert client.get("/v1/models/other", **bearer(limited.secret)).status_code == 403
+    assert gateway.get("/v1/models", **bearer(limited.secret)).json()["data"] == []
+    assert gateway.get("/v1/models/other", **bearer(limited.secret)).status_code == 403
     shown = api_client.get(f"/api/v1/gateway-keys/{limited.key.pk}").json()
     assert shown["models"] == [] and shown["models_limited"] is True
     # clearing the list on purpose (PATCH models: []) is what opens a key to every model
     api_client.patch(f"/api/v1/gateway-keys/{limited.key.pk}", {"models": []}, format="json")
-    assert client.get("/v1/models/other", **bearer(limited.secret)).status_code == 200
+    assert gateway.get("/v1/models/other", **bearer(limited.secret)).status_code == 200
 
 
-def test_admin_edit_of_models_limits_the_key(admin_client: Client, client: Client) -> None:
+def test_admin_edit_of_models_limits_the_key(admin_client: Client, gateway: GatewayClient) -> None:
     a = make_model(name="model-alpha")
     make_model(name="model-beta")
     created = keys.create_key("k")
@@ -311,52 +315,54 @@ def test_admin_edit_of_models_limits_the_key(admin_client: Client, client: Clien
         {"name": "k", "allowed_models": [str(a.pk)], "expires_at_0": "", "expires_at_1": ""},
     )
     assert response.status_code == 302, response.content[:3000]
-    assert client.get("/v1/models/model-beta", **bearer(created.secret)).status_code == 403
-    assert client.get("/v1/models/model-alpha", **bearer(created.secret)).status_code == 200
+    assert gateway.get("/v1/models/model-beta", **bearer(created.secret)).status_code == 403
+    assert gateway.get("/v1/models/model-alpha", **bearer(created.secret)).status_code == 200
     assert GatewayKey.objects.get().models_limited is True
     listing = admin_client.get("/admin/gateway/gatewaykey/").content.decode()
     assert '<td class="field-models_shown">model-alpha</td>' in listing
 
 
-def test_changing_a_keys_models_takes_effect_at_once(api_client: Any, client: Client) -> None:
+def test_changing_a_keys_models_takes_effect_at_once(
+    api_client: Any, gateway: GatewayClient
+) -> None:
     make_model(name="a")
     make_model(name="b")
     created = api_client.post("/api/v1/gateway-keys", {"name": "k", "models": ["a"]}, format="json")
     secret, key_id = created.json()["secret"], created.json()["id"]
-    assert client.get("/v1/models/b", **bearer(secret)).status_code == 403
+    assert gateway.get("/v1/models/b", **bearer(secret)).status_code == 403
     patched = api_client.patch(
         f"/api/v1/gateway-keys/{key_id}", {"models": ["a", "b"]}, format="json"
     )
     assert patched.status_code == 200 and patched.json()["models"] == ["a", "b"]
-    assert client.get("/v1/models/b", **bearer(secret)).status_code == 200
+    assert gateway.get("/v1/models/b", **bearer(secret)).status_code == 200
 
 
-def test_expired_key_is_refused(client: Client) -> None:
+def test_expired_key_is_refused(gateway: GatewayClient) -> None:
     keys.create_key("keeps-it-open")
     created = keys.create_key("soon", expires_at=timezone.now() + dt.timedelta(hours=1))
-    assert client.get("/v1/models", **bearer(created.secret)).status_code == 200
+    assert gateway.get("/v1/models", **bearer(created.secret)).status_code == 200
     created.key.expires_at = timezone.now() - dt.timedelta(seconds=1)
     created.key.save()
-    response = client.get("/v1/models", **bearer(created.secret))
+    response = gateway.get("/v1/models", **bearer(created.secret))
     assert response.status_code == 401
     error = error_of(response)
     assert error["code"] == "expired_api_key" and created.key.prefix in error["message"]
 
 
-def test_revoked_key_is_refused_at_once(api_client: Any, client: Client) -> None:
+def test_revoked_key_is_refused_at_once(api_client: Any, gateway: GatewayClient) -> None:
     keys.create_key("keeps-it-open")
     created = api_client.post("/api/v1/gateway-keys", {"name": "k"}, format="json").json()
-    assert client.get("/v1/models", **bearer(created["secret"])).status_code == 200
+    assert gateway.get("/v1/models", **bearer(created["secret"])).status_code == 200
     revoked = api_client.post(f"/api/v1/gateway-keys/{created['id']}/revoke")
     assert revoked.status_code == 200 and revoked.json()["status"] == "revoked"
-    response = client.get("/v1/models", **bearer(created["secret"]))
+    response = gateway.get("/v1/models", **bearer(created["secret"]))
     assert response.status_code == 401
     assert error_of(response)["code"] == "revoked_api_key"
     # a revoked key is a known key, not a guess: it does not count towards a lockout
     assert not AuthFailureWindow.objects.filter(scope=keys.SCOPE).exists()
 
 
-def test_admin_action_revokes(admin_client: Client, client: Client) -> None:
+def test_admin_action_revokes(admin_client: Client, gateway: GatewayClient) -> None:
     keys.create_key("keeps-it-open")
     created = keys.create_key("victim")
     response = admin_client.post(
@@ -365,62 +371,65 @@ def test_admin_action_revokes(admin_client: Client, client: Client) -> None:
         follow=True,
     )
     assert b"Revoked 1 gateway key" in response.content
-    assert client.get("/v1/models", **bearer(created.secret)).status_code == 401
+    assert gateway.get("/v1/models", **bearer(created.secret)).status_code == 401
 
 
 def test_other_processes_see_a_revocation_within_the_cache_time(
-    client: Client, settings: Any
+    gateway: GatewayClient, settings: Any
 ) -> None:
     """Another web process revoking a key is a database write with no signal in this one."""
     settings.OBLETH_GATEWAY_KEY_CACHE_MS = 60_000
     keys.create_key("keeps-it-open")
     created = keys.create_key("k")
-    assert client.get("/v1/models", **bearer(created.secret)).status_code == 200
+    assert gateway.get("/v1/models", **bearer(created.secret)).status_code == 200
     GatewayKey.objects.filter(pk=created.key.pk).update(revoked_at=timezone.now())
-    assert client.get("/v1/models", **bearer(created.secret)).status_code == 200  # cached
+    assert gateway.get("/v1/models", **bearer(created.secret)).status_code == 200  # cached
     settings.OBLETH_GATEWAY_KEY_CACHE_MS = 0
-    assert client.get("/v1/models", **bearer(created.secret)).status_code == 401
+    assert gateway.get("/v1/models", **bearer(created.secret)).status_code == 401
 
 
-def test_last_used_is_written_at_most_once_a_minute(client: Client, monkeypatch: Any) -> None:
+def test_last_used_is_written_at_most_once_a_minute(
+    gateway: GatewayClient, monkeypatch: Any
+) -> None:
     make_model(name="m")
     created = keys.create_key("k")
     assert GatewayKey.objects.get().last_used_at is None
-    assert client.get("/v1/models", **bearer(created.secret)).status_code == 200
+    assert gateway.get("/v1/models", **bearer(created.secret)).status_code == 200
     first = GatewayKey.objects.get().last_used_at
     assert first is not None and timezone.now() - first < dt.timedelta(seconds=30)
     with CaptureQueriesContext(connection) as queries:  # steady state: key table cached
         for _ in range(5):
-            assert client.get("/v1/models", **bearer(created.secret)).status_code == 200
+            assert gateway.get("/v1/models", **bearer(created.secret)).status_code == 200
     gateway_queries = [q["sql"] for q in queries.captured_queries if "gateway" in q["sql"]]
     assert gateway_queries == []
     assert GatewayKey.objects.get().last_used_at == first
     monkeypatch.setattr(keys, "TOUCH_EVERY_SECS", 0.0)  # a minute later
-    assert client.get("/v1/models", **bearer(created.secret)).status_code == 200
+    assert gateway.get("/v1/models", **bearer(created.secret)).status_code == 200
     assert GatewayKey.objects.get().last_used_at > first
 
 
-def test_a_valid_key_costs_no_query_in_steady_state(client: Client) -> None:
+def test_a_valid_key_costs_no_query_in_steady_state(gateway: GatewayClient) -> None:
     make_model(name="m")
     created = keys.create_key("k")
-    client.get("/v1/models", **bearer(created.secret))  # builds the tables, writes last use
+    gateway.get("/v1/models", **bearer(created.secret))  # builds the tables, writes last use
+    gateway.auto_reload = False  # the routing table stays loaded, as in a gateway process
     with CaptureQueriesContext(connection) as queries:
         for _ in range(20):
-            assert client.get("/v1/models", **bearer(created.secret)).status_code == 200
+            assert gateway.get("/v1/models", **bearer(created.secret)).status_code == 200
     assert queries.captured_queries == []
 
 
-def test_api_put_and_delete(api_client: Any, client: Client) -> None:
+def test_api_put_and_delete(api_client: Any, gateway: GatewayClient) -> None:
     make_model(name="a")
     keys.create_key("keeps-it-open")
     created = api_client.post("/api/v1/gateway-keys", {"name": "k"}, format="json").json()
     url = f"/api/v1/gateway-keys/{created['id']}"
     put = api_client.put(url, {"name": "renamed", "models": ["a"]}, format="json")
     assert put.status_code == 200 and put.json()["name"] == "renamed"
-    assert client.get("/v1/models", **bearer(created["secret"])).json()["data"][0]["id"] == "a"
+    assert gateway.get("/v1/models", **bearer(created["secret"])).json()["data"][0]["id"] == "a"
     assert api_client.patch(url, {"name": "x\ny"}, format="json").status_code == 400
     assert api_client.delete(url).status_code == 204
-    assert client.get("/v1/models", **bearer(created["secret"])).status_code == 401
+    assert gateway.get("/v1/models", **bearer(created["secret"])).status_code == 401
     assert api_client.get("/api/v1/gateway-keys/not-a-uuid").status_code == 404
 
 

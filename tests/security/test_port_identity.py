@@ -32,12 +32,12 @@ from django.test import Client
 from obleth.core.choices import IdentityCheck, ReplicaState
 from obleth.core.models import Endpoint, Launch, Replica, SlurmSettings
 from obleth.gateway.health import check_endpoint, clear_catalog_cache
-from obleth.gateway.routing import invalidate_routes
 from provisioner.probe import IdentityProof, probe_one
 from provisioner.reconcile import run_pass
 from provisioner.services import warm_up_replica
 from provisioner.slurm.fake import FakeNode, FakeSlurmrestd
 from tests.plugins.factories import make_slurm_model
+from tests.plugins.gateway_client import GatewayClient
 
 ENGINE = Path(__file__).resolve().parents[2] / "provisioner" / "testengine" / "server.py"
 TOKEN = "fake-slurm-token"
@@ -235,7 +235,6 @@ def cluster(db: Any, settings: Any) -> Iterator[Cluster]:
     settings.OBLETH_PORT_SPAN = SPAN
     settings.OBLETH_GATEWAY_API_KEYS = []
     settings.OBLETH_GATEWAY_OPEN = True
-    invalidate_routes()
     clear_catalog_cache()
     with FakeSlurmrestd(token=TOKEN, start_delay=0.0, nodes=[FakeNode("localhost")]) as fake:
         slurm = SlurmSettings.load()
@@ -247,7 +246,6 @@ def cluster(db: Any, settings: Any) -> Iterator[Cluster]:
         slurm.node_addresses = {"localhost": "127.0.0.1"}
         slurm.save()
         yield Cluster(fake, prefix)
-    invalidate_routes()
     clear_catalog_cache()
 
 
@@ -438,7 +436,7 @@ def test_an_ollama_style_server_serving_another_model_is_not_promoted(cluster: C
 
 
 def test_the_gateway_its_check_and_the_warm_up_send_the_replica_key_upstream(
-    cluster: Cluster, settings: Any
+    cluster: Cluster, settings: Any, gateway: GatewayClient
 ) -> None:
     """A fake upstream that checks the key like vLLM and counts the Authorization headers."""
     base = free_window()
@@ -451,8 +449,7 @@ def test_the_gateway_its_check_and_the_warm_up_send_the_replica_key_upstream(
         endpoint = Endpoint.objects.get(model=model)
         before = len(upstream.seen)
 
-        invalidate_routes()
-        answer = Client().post(
+        answer = gateway.post(
             "/v1/chat/completions",
             data=json.dumps({"model": "keyed", "messages": [{"role": "user", "content": "hi"}]}),
             content_type="application/json",
