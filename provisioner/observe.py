@@ -71,8 +71,7 @@ class Observation:
     fingerprints: dict[uuid.UUID, str]  # per model: the rows the plan was made from
     probe_details: dict[uuid.UUID, str]
     model_types: dict[uuid.UUID, str]
-    # The replica rows as read (record_observation compares the observed fields with them) and
-    # the launches of listed jobs whose log paths are not resolved yet: read once, here.
+    # For record_observation, read once here: the rows as read, launches with paths to resolve.
     replica_rows: dict[uuid.UUID, Replica] = dataclasses.field(default_factory=dict)
     launches: dict[uuid.UUID, Launch] = dataclasses.field(default_factory=dict)
 
@@ -326,9 +325,7 @@ def observe(
         start_to_serving = measured_start_to_serving(
             spec.model_id for spec in spec_rows if spec.handover_secs is None
         )
-        launches = unresolved_launches(
-            row.id for row in replica_rows if row.job_id and row.job_id in jobs
-        )
+        launches = unresolved_launches(row.id for row in replica_rows if row.job_id in jobs)
     except DatabaseError as exc:
         raise HoldPass(f"database read failed; holding: {exc}") from exc
 
