@@ -30,21 +30,36 @@ def handover_secs(configured: int | None, start_to_serving: Sequence[float]) -> 
 
 
 def measured_start_to_serving(model_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
-    """Seconds from job start to serving of each model's recent launches (newest first)."""
+    """Seconds from job start to serving of each model's recent launches (newest first).
+
+    One query for all the models (the pass reads it with the rest of its snapshot): each
+    model's newest ``RECENT_LAUNCHES`` launches that served, numbered per model by a window
+    function."""
+    from django.db.models import F, Window
+    from django.db.models.functions import RowNumber
+
     from obleth.core.models import Launch
 
+    wanted = list(dict.fromkeys(model_ids))
     out: dict[uuid.UUID, list[float]] = defaultdict(list)
-    for model_id in dict.fromkeys(model_ids):
-        rows = (
-            Launch.objects.filter(
-                model_id=model_id, started_at__isnull=False, healthy_at__isnull=False
-            )
-            .order_by("-healthy_at")
-            .values_list("started_at", "healthy_at")[:RECENT_LAUNCHES]
+    if not wanted:
+        return out
+    for model_id in wanted:
+        out[model_id] = []
+    rows = (
+        Launch.objects.filter(
+            model_id__in=wanted, started_at__isnull=False, healthy_at__isnull=False
         )
-        out[model_id] = [
-            (healthy - started).total_seconds()
-            for started, healthy in rows
-            if started is not None and healthy is not None
-        ]
+        .annotate(
+            recent=Window(
+                RowNumber(), partition_by=[F("model_id")], order_by=F("healthy_at").desc()
+            )
+        )
+        .filter(recent__lte=RECENT_LAUNCHES)
+        .order_by("model_id", "recent")
+        .values_list("model_id", "started_at", "healthy_at")
+    )
+    for model_id, started, healthy in rows:
+        if started is not None and healthy is not None:
+            out[model_id].append((healthy - started).total_seconds())
     return out

@@ -8,8 +8,12 @@ process ran the passes (Celery workers, the loop, several of them) and survive r
   (``running`` while not ended); Slurm's states (PREEMPTED, TIMEOUT, NODE_FAIL, ...) as recorded;
 - ``obleth_provisioner_job_start_to_serving_seconds``: histogram of job start -> replica healthy,
   over the launches kept;
-- ``obleth_provisioner_last_pass_seconds``, ``obleth_provisioner_last_pass_ok`` and
-  ``obleth_provisioner_heartbeat_age_seconds``: the last pass and how fresh it is.
+- ``obleth_provisioner_last_pass_seconds{kind}`` and ``obleth_provisioner_last_pass_ok{kind}``:
+  the duration and outcome of the last pass of each kind, ``full`` (probes serving replicas too,
+  every ``OBLETH_PROVISIONER_INTERVAL_SECS``) and ``fast`` (every second in between);
+- ``obleth_provisioner_passes_total{kind,outcome}``: passes by kind and outcome (ok, idle,
+  error);
+- ``obleth_provisioner_heartbeat_age_seconds``: how fresh the provisioner is.
 
 The gateway's request metrics are on the gateway's own ``/metrics`` (obleth.gateway.metrics).
 Like the gateway's, this page answers clients on this machine, or a scraper sending
@@ -19,6 +23,7 @@ Like the gateway's, this page answers clients on this machine, or a scraper send
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from django.db.models import Count, F
 from django.http import HttpRequest, HttpResponse
@@ -35,6 +40,7 @@ from prometheus_client.registry import Collector
 
 from obleth.core.models import Launch, ProvisionerStatus, Replica
 from obleth.core.scrape import scrape_refusal
+from provisioner.status import PASS_KINDS, PASS_OUTCOMES
 
 START_TO_SERVING_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 
@@ -75,25 +81,52 @@ class ProvisionerCollector(Collector):
         yield histogram
 
         status = ProvisionerStatus.objects.filter(pk=1).first()
-        last = GaugeMetricFamily(
-            "obleth_provisioner_last_pass_seconds", "Duration of the last provisioner pass."
-        )
-        ok = GaugeMetricFamily(
-            "obleth_provisioner_last_pass_ok", "1 when the last pass was ok or idle, else 0."
-        )
+        yield from pass_metrics(status.passes_by_kind if status is not None else {})
         age = GaugeMetricFamily(
             "obleth_provisioner_heartbeat_age_seconds", "Seconds since the provisioner last ran."
         )
-        if status is not None:
-            if status.last_pass_ms is not None:
-                last.add_metric([], status.last_pass_ms / 1000)
-            if status.last_pass_status:
-                ok.add_metric([], 1.0 if status.last_pass_status in ("ok", "idle") else 0.0)
-            if status.heartbeat_at is not None:
-                age.add_metric([], (timezone.now() - status.heartbeat_at).total_seconds())
-        yield last
-        yield ok
+        if status is not None and status.heartbeat_at is not None:
+            age.add_metric([], (timezone.now() - status.heartbeat_at).total_seconds())
         yield age
+
+
+def pass_metrics(passes_by_kind: Any) -> Iterator[Metric]:
+    """The last pass of each kind (duration, ok) and the passes by kind and outcome, from
+    ``ProvisionerStatus.passes_by_kind`` (see provisioner.status.record_pass)."""
+    last = GaugeMetricFamily(
+        "obleth_provisioner_last_pass_seconds",
+        "Duration of the last provisioner pass of this kind (full or fast).",
+        labels=["kind"],
+    )
+    ok = GaugeMetricFamily(
+        "obleth_provisioner_last_pass_ok",
+        "1 when the last pass of this kind (full or fast) was ok or idle, else 0.",
+        labels=["kind"],
+    )
+    passes = CounterMetricFamily(
+        "obleth_provisioner_passes",
+        "Provisioner passes by kind (full or fast) and outcome (ok, idle, error).",
+        labels=["kind", "outcome"],
+    )
+    kinds = _mapping(passes_by_kind)
+    for kind in PASS_KINDS:
+        if not isinstance(kinds.get(kind), dict):
+            continue
+        entry = _mapping(kinds[kind])
+        if isinstance(entry.get("ms"), int):
+            last.add_metric([kind], entry["ms"] / 1000)
+        if entry.get("status") in PASS_OUTCOMES:
+            ok.add_metric([kind], 1.0 if entry["status"] in ("ok", "idle") else 0.0)
+        outcomes = _mapping(entry.get("outcomes"))
+        for outcome in PASS_OUTCOMES:
+            passes.add_metric([kind, outcome], int(outcomes.get(outcome) or 0))
+    yield last
+    yield ok
+    yield passes
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 @require_GET

@@ -35,6 +35,7 @@ from provisioner.domain import (
 from provisioner.handover_window import handover_secs, measured_start_to_serving
 from provisioner.identity import IdentityProof, probe_identity
 from provisioner.observe_load import autoscale_of, autoscale_state_of, gateway_load
+from provisioner.observed import unresolved_launches
 from provisioner.plan import mass_vanish
 from provisioner.probe import ProbeOutcome, ProbeTarget, probe_all
 from provisioner.resolve import NodeResolver
@@ -72,6 +73,9 @@ class Observation:
     fingerprints: dict[uuid.UUID, str]  # per model: the rows the plan was made from
     probe_details: dict[uuid.UUID, str]
     model_types: dict[uuid.UUID, str]
+    # For record_observation, read once here: the rows as read, launches with paths to resolve.
+    replica_rows: dict[uuid.UUID, Replica] = dataclasses.field(default_factory=dict)
+    launches: dict[uuid.UUID, Launch] = dataclasses.field(default_factory=dict)
 
 
 def split_nodes(text: str) -> tuple[str, ...]:
@@ -323,6 +327,7 @@ def observe(
         start_to_serving = measured_start_to_serving(
             spec.model_id for spec in spec_rows if spec.handover_secs is None
         )
+        launches = unresolved_launches(row.id for row in replica_rows if row.job_id in jobs)
     except DatabaseError as exc:
         raise HoldPass(f"database read failed; holding: {exc}") from exc
 
@@ -492,4 +497,6 @@ def observe(
         fingerprints={model_id: fingerprint(rows) for model_id, rows in rows_by_model.items()},
         probe_details=details,
         model_types=model_types,
+        replica_rows=rows_by_id,
+        launches=launches,
     )

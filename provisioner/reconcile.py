@@ -252,7 +252,7 @@ def _run_pass(
     reason = idle_reason(slurm)
     if reason:
         report = PassReport(status="idle", detail=reason)
-        return _finish(report, started, dry_run)
+        return _finish(report, started, dry_run, fast)
 
     owner = lease.make_owner()
     ttl = settings.OBLETH_PROVISIONER_LOCK_TTL_SECS
@@ -286,18 +286,19 @@ def _run_pass(
             if client is not None:
                 client.close()
         if client is None:
-            return _finish(report, started, dry_run)
+            return _finish(report, started, dry_run, fast)
         if report.held:
             _remember_version(slurm, client, held=True)
         report.slurm_requests = getattr(client, "request_count", 0)
-    return _finish(report, started, dry_run)
+    return _finish(report, started, dry_run, fast)
 
 
-def _finish(report: PassReport, started: float, dry_run: bool) -> PassReport:
+def _finish(report: PassReport, started: float, dry_run: bool, fast: bool) -> PassReport:
     report.duration_ms = int((time.monotonic() - started) * 1000)
     if not dry_run and report.status in ("ok", "idle", "error"):
         outcome = cast(Literal["ok", "idle", "error"], report.status)
-        status.record_pass(outcome, report.detail, report.duration_ms)
+        kind: Literal["full", "fast"] = "fast" if fast else "full"
+        status.record_pass(outcome, report.detail, report.duration_ms, kind=kind)
     return report
 
 

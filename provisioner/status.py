@@ -30,6 +30,8 @@ from provisioner import alerts
 __all__ = [
     "DETAIL_MAX_CHARS",
     "HELD_ALERT_KEY",
+    "PASS_KINDS",
+    "PASS_OUTCOMES",
     "RECOVERED_ALERT_KEY",
     "RUNNING_WINDOW_SECS",
     "describe_status",
@@ -42,6 +44,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PassOutcome = Literal["ok", "idle", "error"]
+PassKind = Literal["full", "fast"]
+PASS_KINDS: tuple[PassKind, ...] = ("full", "fast")
+PASS_OUTCOMES: tuple[PassOutcome, ...] = ("ok", "idle", "error")
 HELD_ALERT_KEY = "slurm_reconcile_held"
 RECOVERED_ALERT_KEY = "slurm_reconcile_recovered"
 HELD_ALERT_TITLE = "Provisioner passes are failing: replica states are frozen"
@@ -83,14 +88,23 @@ def heartbeat(*, now: dt.datetime | None = None) -> None:
 
 
 def record_pass(
-    status: PassOutcome, detail: str, duration_ms: int, *, now: dt.datetime | None = None
+    status: PassOutcome,
+    detail: str,
+    duration_ms: int,
+    *,
+    kind: PassKind = "full",
+    now: dt.datetime | None = None,
 ) -> ProvisionerStatus:
     """Store a pass's outcome (also a heartbeat) and fire the held/recovered alert when due.
 
     ``status``: "ok", "idle" or "error". ``detail`` is redacted and capped at 2000 characters.
+    ``kind``: "full" (probes serving replicas too) or "fast"; the last pass of each kind and the
+    count of passes by kind and outcome are kept for /metrics (``passes_by_kind``).
     """
-    if status not in ("ok", "idle", "error"):
+    if status not in PASS_OUTCOMES:
         raise ValueError(f"status must be 'ok', 'idle' or 'error' (got {status!r})")
+    if kind not in PASS_KINDS:
+        raise ValueError(f"kind must be 'full' or 'fast' (got {kind!r})")
     now = now or timezone.now()
     detail = _clean_detail(detail)
     duration = max(0, int(duration_ms))
@@ -107,6 +121,7 @@ def record_pass(
         row.last_pass_detail = detail
         row.last_pass_at = now
         row.last_pass_ms = duration
+        row.passes_by_kind = _with_pass(row.passes_by_kind, kind, status, duration, now)
         if status == "ok":
             row.last_ok_at = now
             row.non_ok_since = None
@@ -142,6 +157,21 @@ def record_pass(
         except Exception:  # an alert problem must not fail the pass bookkeeping
             log.exception("could not fire alert %s", key)
     return row
+
+
+def _with_pass(
+    kinds: Any, kind: PassKind, status: PassOutcome, duration_ms: int, now: dt.datetime
+) -> dict[str, Any]:
+    """``passes_by_kind`` with one more pass of ``kind`` (a malformed entry starts over)."""
+    kinds = dict(kinds) if isinstance(kinds, dict) else {}
+    entry = kinds.get(kind)
+    outcomes = entry.get("outcomes") if isinstance(entry, dict) else None
+    if not isinstance(outcomes, dict):
+        outcomes = {}
+    counts = {o: int(n) for o, n in outcomes.items() if o in PASS_OUTCOMES and isinstance(n, int)}
+    counts[status] = counts.get(status, 0) + 1
+    kinds[kind] = {"status": status, "ms": duration_ms, "at": now.isoformat(), "outcomes": counts}
+    return kinds
 
 
 def _task_failure_ttl_secs() -> float:

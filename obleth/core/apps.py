@@ -26,11 +26,16 @@ class CoreConfig(AppConfig):
             register_secret(instance.jwt)
             register_secret(instance.hf_token)
 
+        # A row loaded without its key (``.only()``/``.defer()``) is not made to read it: that
+        # would be one query per row. The key is registered when it is loaded (a deferred
+        # field is loaded by a query whose row comes through here with it).
         def endpoint_loaded(sender: Any, instance: Endpoint, **kwargs: Any) -> None:
-            register_secret(instance.api_key)
+            if "api_key" not in instance.get_deferred_fields():
+                register_secret(instance.api_key)
 
         def replica_loaded(sender: Any, instance: Replica, **kwargs: Any) -> None:
-            register_secret(instance.api_key)
+            if "api_key" not in instance.get_deferred_fields():
+                register_secret(instance.api_key)
 
         post_init.connect(slurm_loaded, sender=SlurmSettings, weak=False, dispatch_uid="mask-slurm")
         post_init.connect(replica_loaded, sender=Replica, weak=False, dispatch_uid="mask-replica")

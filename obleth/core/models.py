@@ -611,6 +611,9 @@ class ProvisionerStatus(models.Model):
     # Celery mode: the failed actions of model tasks, per model id ({"name", "at", "detail"}),
     # read by the next pass so they turn its outcome to error (and feed the held alert).
     model_task_failures = models.JSONField(default=dict, blank=True)
+    # The last pass of each kind and how many passes of it ended how, for /metrics:
+    # {"full" | "fast": {"status", "ms", "at", "outcomes": {"ok": n, "idle": n, "error": n}}}.
+    passes_by_kind = models.JSONField(default=dict, blank=True, editable=False)
 
     class Meta:
         verbose_name = "provisioner status"

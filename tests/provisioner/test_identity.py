@@ -1,8 +1,9 @@
 """Which identity check a replica gets (provisioner/identity.py) and what the probe accepts as
-a model listing (provisioner/probe.py). Tables of cases."""
+a model listing (provisioner/probe.py). Tables of cases; and how a loaded replica key is masked."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -110,3 +111,29 @@ def test_a_stale_installed_test_engine_is_refreshed_before_a_submit(
     )
     assert stale.read_bytes() == SERVER_PATH.read_bytes()
     submission._install_once.cache_clear()
+
+
+def test_a_loaded_replica_key_is_masked_and_a_row_without_it_costs_no_query(
+    db: Any, monkeypatch: Any
+) -> None:
+    """Every process that loads a replica key masks it in its logs (obleth.core.apps); a row
+    read without the key (``.only()``) is not made to read it, one query per row, for that."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    import obleth.logging
+    from obleth.core.models import Replica
+    from obleth.logging import redact
+
+    key = new_replica_key()
+    Replica.objects.create(model_id=uuid.uuid4(), model_name="m", job_name="j", api_key=key)
+    monkeypatch.setattr(obleth.logging, "_known", set())  # a process that never wrote it
+    with CaptureQueriesContext(connection) as queries:
+        rows = list(Replica.objects.only("id", "state"))
+    assert len(rows) == 1 and len(queries) == 1
+    assert redact(f"key {key}") == f"key {key}"  # not loaded, so nothing to mask yet
+    assert rows[0].api_key == key  # loading it later (one query) ...
+    assert redact(f"key {key}") == "key [redacted]"  # ... masks it
+    monkeypatch.setattr(obleth.logging, "_known", set())
+    list(Replica.objects.all())
+    assert redact(f"key {key}") == "key [redacted]"
