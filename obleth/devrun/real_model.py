@@ -202,7 +202,7 @@ class Runner:
         shown = 0
         last_line = ""
         self.cfg.build_log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.cfg.build_log, "a") as log:
+        with open(self.cfg.build_log, "a", buffering=1) as log:  # line by line: tail -f works
             try:
                 self.build = subprocess.Popen(
                     argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
