@@ -30,6 +30,8 @@ from tests.plugins.real_slurm import RealSlurm
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
 REAL_ENGINES = ROOT / "scripts" / "real-engines"
+# the question tests/e2e/test_real_engine.py asks
+QUESTION = "What is the capital of France? Answer in one sentence."
 
 
 @pytest.fixture
@@ -140,7 +142,7 @@ def test_the_real_model_is_deployed_and_answers_through_the_gateway(
                 headers={"Authorization": f"Bearer {key}"},
                 json={
                     "model": "smollm2",
-                    "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                    "messages": [{"role": "user", "content": QUESTION}],
                     "max_tokens": 16,
                     "temperature": 0,
                 },
