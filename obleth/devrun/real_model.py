@@ -293,7 +293,7 @@ class Runner:
                 self.set(
                     state="serving",
                     message=f'answers on the gateway as "model":"{model.name}" '
-                    f"(up {took} after scripts/run started it)",
+                    f"(serving {took} after the bring-up started)",
                 )
                 self.say(
                     f'{model.name} serves: the demo curl with "model":"{model.name}" gets '
