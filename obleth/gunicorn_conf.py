@@ -21,6 +21,8 @@ from urllib.parse import unquote_plus
 
 from gunicorn.glogging import Logger  # type: ignore[import-untyped]
 
+from obleth.parent_death import die_with_parent
+
 MASK = "***"
 
 #: A query parameter is masked when its (decoded, lower-cased) name contains one of these.
@@ -157,3 +159,10 @@ class RedactingLogger(Logger):
 
 # gunicorn settings (module-level names gunicorn knows; others are ignored).
 logger_class = "obleth.gunicorn_conf.RedactingLogger"
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """In each worker: die with the master at once, SIGKILL included, instead of serving as an
+    orphan until gunicorn's own check of the parent notices (a few seconds, then a graceful
+    exit)."""
+    die_with_parent(worker.ppid)

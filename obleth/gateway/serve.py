@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import shutil
 import sys
@@ -21,6 +22,8 @@ import tempfile
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from obleth.parent_death import die_with_parent
 
 
 class HeaderTimeoutProtocol(HttpToolsProtocol):
@@ -71,10 +74,21 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
 
+def worker_dies_with_main() -> None:
+    """In a uvicorn worker process (``--workers`` > 1): be killed by the kernel when the uvicorn
+    main process dies, SIGKILL included (:mod:`obleth.parent_death`). Otherwise orphaned
+    workers would keep the port and serve with nobody supervising them."""
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid is not None:
+        die_with_parent(parent.pid)
+    # else: the main process itself (workers=1); scripts/die-with-parent covers it
+
+
 def create_app() -> Any:
     """The uvicorn factory: Django is set up once per worker process, then the service made."""
     import django
 
+    worker_dies_with_main()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "obleth.settings")
     django.setup()
     from obleth.gateway.service import GatewayService

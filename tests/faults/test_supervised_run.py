@@ -86,7 +86,9 @@ def instance(tmp_path: Path, real_slurm: RealSlurm) -> Iterator[RunningInstance]
     env = clean_env(
         OBLETH_VAR_DIR=str(var),
         OBLETH_BIND=f"127.0.0.1:{port}",
+        OBLETH_GATEWAY_BIND=f"127.0.0.1:{free_port()}",
         OBLETH_PROVISIONER_JOB_PREFIX=prefix,
+        OBLETH_RUN_REAL_MODEL="0",  # only the demo's two jobs (tests/faults/test_run_real_model.py)
         REDIS_URL=redis.url,
         OBLETH_WEB_WORKERS="1",
         OBLETH_WEB_THREADS="4",
@@ -227,6 +229,7 @@ def test_scripts_run_without_redis_supervises_the_loop(tmp_path: Path) -> None:
     env = clean_env(
         OBLETH_VAR_DIR=str(var),
         OBLETH_BIND=f"127.0.0.1:{port}",
+        OBLETH_GATEWAY_BIND=f"127.0.0.1:{free_port()}",
         OBLETH_NO_SLURM="1",
         REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
         OBLETH_PROVISIONER_JOB_PREFIX=f"obc-t{uuid.uuid4().hex[:6]}-",
