@@ -10,7 +10,7 @@ supervisord):
    (:mod:`obleth.devrun.build_progress`): a line every 5 % and at each step on stdout, the whole
    output in the build log, the state in the status file;
 3. deploys the library recipe ``llamacpp-smollm2`` through the deploy service
-   (:func:`obleth.core.deploy_service.deploy`, the path of ``POST /api/v1/deployments``), unless
+   (:func:`recipes.deploy.service.deploy`, the path of ``POST /api/v1/deployments``), unless
    a model of that name exists;
 4. waits until the provisioner registered an endpoint for it and says how to call it.
 
@@ -246,8 +246,8 @@ class Runner:
         """The model: the existing one of that name, else a new deployment of the recipe."""
         from django.core.exceptions import ValidationError
 
-        from obleth.core import deploy_service
         from obleth.core.models import Model
+        from recipes.deploy import service as deploy_service
 
         existing = Model.objects.filter(name=self.cfg.model_name).first()
         if existing is not None:
