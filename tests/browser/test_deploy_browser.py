@@ -36,6 +36,7 @@ from obleth.core.models import Endpoint, ManagedSpec, Model, SlurmSettings
 from tests.browser.conftest import ARTIFACTS, shot
 from tests.deploy.conftest import cluster
 from tests.e2e.conftest import provisioner_env  # noqa: F401  (the real-Slurm fixture)
+from tests.plugins.gateway_client import GatewayClient
 
 expect = pytest.importorskip("playwright.sync_api").expect
 
@@ -200,7 +201,6 @@ def test_an_operator_deploys_llamacpp_and_watches_its_replicas_become_healthy(
     browser_page: Any,
     settings: Any,
 ) -> None:
-    from django.test import Client
 
     from obleth.gateway import keys
     from provisioner.reconcile import run_pass
@@ -307,14 +307,14 @@ def test_an_operator_deploys_llamacpp_and_watches_its_replicas_become_healthy(
     assert all(re.search(r":22[0-9]{3}/v1$", e.api_base) for e in endpoints), endpoints
 
     # A real answer through obleth's gateway (closed: a gateway key).
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('browser-e2e').secret}")
+    # The gateway service, in this process (tests/plugins/gateway_client.py).
+    client = GatewayClient(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('browser-e2e').secret}")
     question = "What is the capital of France? Answer in one sentence."
     answer = client.post(
         "/v1/chat/completions",
         data=json.dumps(
             {"model": name, "messages": [{"role": "user", "content": question}], "max_tokens": 16}
         ),
-        content_type="application/json",
     )
     assert answer.status_code == 200, answer.content
     content = answer.json()["choices"][0]["message"]["content"]
