@@ -27,7 +27,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from obleth.core.choices import ReplicaState
-from obleth.core.models import Launch, ManagedSpec, Model, Replica
+from obleth.core.models import Launch, ManagedSpec, Model, Replica, SlurmSettings
 from obleth.gateway import inflight
 from obleth.gateway.service import GatewayService
 from obleth.gateway.table import LiveTable
@@ -178,6 +178,9 @@ def test_a_model_that_does_not_scale_to_zero_answers_at_once(
 ) -> None:
     """No hold for a model without min_replicas 0 autoscaling: the usual 503, no wake."""
     settings.OBLETH_GATEWAY_WAKE_HOLD_SECS = 30
+    slurm = SlurmSettings.load()  # Slurm on: the 503 is about the model, not the switch
+    slurm.enabled = True
+    slurm.save()
     model = make_slurm_model(name="fixed", spec={"target_replicas": 1})
 
     async def scenario() -> tuple[httpx.Response, float]:
