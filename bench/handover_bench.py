@@ -111,41 +111,17 @@ class Load(threading.Thread):
                 time.sleep(0.05)
 
 
-def start_gateway(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port_in_range()
+def start_gateway(
+    env: dict[str, str], *, skip: tuple[int, ...] = (), workers: int | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """The /v1 gateway service on a free port of the range (it counts in-flight requests and
+    holds a request for a wake); ``workers`` None: the service's own default."""
+    port = free_port_in_range(skip=skip)
+    command = [sys.executable, "-m", "obleth.gateway.serve", "--bind", f"127.0.0.1:{port}"]
+    if workers is not None:
+        command += ["--workers", str(workers)]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "obleth.gateway.serve",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-        ],
-        cwd=common.ROOT,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/healthz", timeout=2, trust_env=False).status_code == 200:
-                return proc, url
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    proc.terminate()
-    raise SystemExit("the gateway service (python -m obleth.gateway.serve) did not start")
-
-
-def start_gateway_service(env: dict[str, str], skip: int) -> tuple[subprocess.Popen[bytes], str]:
-    """The /v1 gateway service (the one that counts in-flight requests and holds for a wake)."""
-    port = free_port_in_range(skip=(skip,))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "obleth.gateway.serve", "--bind", f"127.0.0.1:{port}"],
+        command,
         cwd=common.ROOT,
         env={**os.environ, "PYTHONPATH": str(common.ROOT), **env},
         stdout=subprocess.DEVNULL,
@@ -283,7 +259,7 @@ def handover(args: argparse.Namespace, engine: str, env: dict[str, str]) -> None
     from provisioner.reconcile import run_pass
     from tests.plugins.real_slurm import scancel
 
-    gateway, url = start_gateway(env)
+    gateway, url = start_gateway(env, workers=1)
     name = f"bench-handover-{uuid.uuid4().hex[:4]}"
     model = Model.objects.create(name=name, hosting_mode=HostingMode.SLURM, upstream_model=name)
     ManagedSpec.objects.create(
@@ -427,7 +403,7 @@ def main() -> int:
     if args.boundaries > 0:
         handover(args, engine, env)
     if args.wakes > 0:
-        service, url = start_gateway_service(env, skip=0)
+        service, url = start_gateway(env, skip=(0,))
         print(
             f"wake-from-zero bench {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}: "
             f"{args.wakes} wakes, idle {args.idle_secs} s to zero, gateway service {url}"
