@@ -1,11 +1,21 @@
 """Settings for the test suite: PostgreSQL and Redis on this machine, eager Celery."""
 
+import hashlib
 import os
+from pathlib import Path
 
+# Each checkout gets its own test database and Redis database, derived from its path, so two
+# clones' suites on one machine (or a suite beside a running ``scripts/run``, which uses Redis
+# database 0) never read each other's rows or gateway load reports. DATABASE_URL / REDIS_URL
+# set in the environment win. Child processes the tests start inherit both.
+_CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parent.parent).encode()).digest()
+os.environ.setdefault(
+    "DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/test{_CHECKOUT.hex()[:8]}"
+)
+os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:6379/{1 + _CHECKOUT[0] % 15}")
 os.environ.setdefault("OBLETH_SECRET_KEY", "test-secret-key-not-for-production")
 os.environ.setdefault("OBLETH_ENCRYPTION_KEY", "test-encryption-key-not-for-production")
 os.environ.setdefault("OBLETH_ADMIN_TOKEN", "test-admin-token-0123456789abcdef")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
 os.environ.setdefault("OBLETH_DEBUG", "0")
 os.environ.setdefault("OBLETH_PROVISIONER_DISPATCH", "inline")
 
