@@ -108,7 +108,40 @@ def check_credentials(
     the query-string parameters, ``address`` the client address. No query on the happy path
     (cached key table); an unknown key costs the lockout bookkeeping (a few queries).
     """
+    decision = _decide(
+        authorization,
+        address=address,
+        path=path,
+        query_names=query_names,
+        has_x_api_key=has_x_api_key,
+        blocking=True,
+    )
+    assert decision is not None  # blocking: every case is decided
+    return decision
+
+
+def check_credentials_cached(
+    authorization: str, *, address: str, query_names: Iterable[str] = ()
+) -> Caller | Refusal | None:
+    """The same decision when it needs no database and no log line: a valid key in a fresh key
+    table, from an address with no failures to reset and no last use to record (or an open
+    gateway). None otherwise: then call :func:`check_credentials` off the event loop. The
+    gateway service calls this first, so the usual request never leaves its event loop."""
+    return _decide(authorization, address=address, query_names=query_names, blocking=False)
+
+
+def _decide(
+    authorization: str,
+    *,
+    address: str,
+    path: str = "",
+    query_names: Iterable[str] = (),
+    has_x_api_key: bool = False,
+    blocking: bool,
+) -> Caller | Refusal | None:
     if any(name.lower() in QUERY_KEY_NAMES for name in query_names):
+        if not blocking:
+            return None
         log.warning(
             "gateway: refused a request from %s with a key in the query string (path %s); "
             "the key is not logged",
@@ -124,8 +157,12 @@ def check_credentials(
         )
     if gateway_open():
         return OPEN_CALLER
-    table = keys.get_key_table()
+    table = keys.get_key_table() if blocking else keys.cached_key_table()
+    if table is None:
+        return None
     if not table.configured():
+        if not blocking:
+            return None
         return _unauthorized(
             "This gateway has no API key yet, so it refuses every request. " + HOW_TO_CREATE,
             code="no_gateway_keys",
@@ -133,15 +170,24 @@ def check_credentials(
     scheme, _, supplied = str(authorization).partition(" ")
     supplied = supplied.strip()
     if scheme.lower() != "bearer" or not supplied:
+        if not blocking:
+            return None
         hint = " This gateway does not read 'x-api-key'." if has_x_api_key else ""
         return _unauthorized(f"Send your gateway key as 'Authorization: Bearer <key>'.{hint}")
     limits_key = f"ip:{address}"
     entry = table.lookup(supplied)
     if entry is None:
-        return _unknown_key(address, limits_key)
+        return _unknown_key(address, limits_key) if blocking else None
     wait = table.blocked_for(limits_key)
     if wait:
         return _throttled(wait)
+    if not blocking and (
+        entry.revoked
+        or (entry.expires_at is not None and entry.expired())
+        or limits_key in _failed_recently
+        or keys.touch_due(entry)
+    ):
+        return None  # a log line, a reset of failures or a write: off the event loop
     if entry.revoked:
         log.info("gateway: revoked key %s used from %s", entry.label, address)
         return _unauthorized(f"This gateway key ({entry.prefix}…) was revoked.", "revoked_api_key")

@@ -319,6 +319,26 @@ def get_key_table() -> KeyTable:
         return fresh
 
 
+def cached_key_table() -> KeyTable | None:
+    """The key table when reading it costs no query: fresh, or stale while another request
+    rebuilds it (which :func:`get_key_table` would hand out too). None when this request would
+    have to rebuild it: call :func:`get_key_table` off the event loop then."""
+    table = _table
+    if table is None:
+        return None
+    if _rebuilding or time.monotonic() - table.built_at < _cache_secs():
+        return table
+    return None
+
+
+def touch_due(entry: KeyEntry) -> bool:
+    """Whether :func:`touch` would write (a database key not recorded in the last minute)."""
+    if entry.id is None:
+        return False
+    last = _touched.get(entry.id)
+    return last is None or time.monotonic() - last >= TOUCH_EVERY_SECS
+
+
 def invalidate_keys() -> None:
     """Drop the cached table: the next request reads the database again."""
     global _table, _generation

@@ -53,7 +53,7 @@ from django.http import HttpResponse
 from obleth.core import limits
 from obleth.core.scrape import scrape_refusal
 from obleth.gateway import metrics
-from obleth.gateway.auth import Caller, Refusal, check_credentials
+from obleth.gateway.auth import Caller, Refusal, check_credentials, check_credentials_cached
 from obleth.gateway.balancer import Balancer
 from obleth.gateway.inflight import InflightCounter
 from obleth.gateway.proxy import (
@@ -429,22 +429,27 @@ class GatewayService:
     async def _authenticate(self, scope: Scope) -> Caller:
         """The caller, by the same decision as everywhere (:func:`check_credentials`).
 
-        It runs in a thread: the key table is cached per process but rebuilt from the database
-        now and then, and an unknown key costs the lockout bookkeeping; neither may block the
-        event loop (nor may the ORM run in it)."""
+        The usual request is decided on the event loop from the process's cached key table
+        (:func:`check_credentials_cached`: no query, no log line). The rest runs in a thread:
+        the key table is rebuilt from the database now and then, an unknown key costs the
+        lockout bookkeeping, a key's last use is written once a minute; none of that may block
+        the event loop (nor may the ORM run in it)."""
         query = bytes(scope.get("query_string", b"")).decode("latin-1")
-        names = [part.split("=", 1)[0] for part in query.split("&") if part]
+        names = [urllib.parse.unquote_plus(p.split("=", 1)[0]) for p in query.split("&") if p]
         client = scope.get("client") or ("unknown", 0)
         # Behind OBLETH_TRUSTED_PROXY_COUNT proxies: the address the outermost one saw.
         address = limits.address_of(str(client[0]), _header(scope, b"x-forwarded-for"))
-        decision = await asyncio.to_thread(
-            check_credentials,
-            _header(scope, b"authorization"),
-            address=address,
-            path=str(scope.get("path", "")),
-            query_names=[urllib.parse.unquote_plus(n) for n in names],
-            has_x_api_key=bool(_header(scope, b"x-api-key")),
-        )
+        authorization = _header(scope, b"authorization")
+        decision = check_credentials_cached(authorization, address=address, query_names=names)
+        if decision is None:
+            decision = await asyncio.to_thread(
+                check_credentials,
+                authorization,
+                address=address,
+                path=str(scope.get("path", "")),
+                query_names=names,
+                has_x_api_key=bool(_header(scope, b"x-api-key")),
+            )
         if isinstance(decision, Refusal):
             raise _Answer(decision.response())
         return decision
