@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -54,8 +55,19 @@ class Checks:
     _stale_since: dict[str, float] = dataclasses.field(default_factory=dict)
     _reported: set[tuple[str, str]] = dataclasses.field(default_factory=set)
 
-    def outage(self, start: float, end: float) -> None:
+    labels: list[str] = dataclasses.field(default_factory=list)  # one per outage
+
+    def outage(self, start: float, end: float, label: str = "outage") -> None:
         self.outages.append((start, end))
+        self.labels.append(label)
+
+    def overlapping(self, start: float, end: float) -> list[str]:
+        """The outages (by label) that overlap the span from start to end."""
+        return [
+            label
+            for (begin, finish), label in zip(self.outages, self.labels, strict=True)
+            if begin <= end and finish >= start
+        ]
 
     def _clock_start(self, first_seen: float, now: float) -> float:
         start = first_seen
@@ -171,6 +183,30 @@ def match_replacements(
                 rep.routed = routed_at[str(chosen["id"])] - cancel.at
         out.append(rep)
     return out
+
+
+def slowest(reps: Sequence[Replacement], checks: Checks, n: int = 3) -> list[str]:
+    """The n slowest cancel -> routed replacements, each with its phases and what overlapped."""
+    done = sorted((r for r in reps if r.routed is not None), key=lambda r: -(r.routed or 0.0))
+    lines = []
+    for r in done[:n]:
+        phases = ", ".join(
+            f"{name} +{value:.1f}s"
+            for name, value in (
+                ("submitted", r.submitted),
+                ("started", r.started),
+                ("healthy", r.healthy),
+                ("routed", r.routed),
+            )
+            if value is not None
+        )
+        during = checks.overlapping(r.cancel.at, r.cancel.at + (r.routed or 0.0))
+        lines.append(
+            f"job {r.cancel.job_id} of {r.cancel.model} cancelled at "
+            f"{time.strftime('%H:%M:%S', time.localtime(r.cancel.at))}: {phases}"
+            + (f"; during: {', '.join(during)}" if during else "; no outage overlapped")
+        )
+    return lines
 
 
 def spread(values: Sequence[float]) -> dict[str, float | int | None]:

@@ -45,6 +45,7 @@ from bench._soak_checks import (  # noqa: E402
     Checks,
     Sample,
     match_replacements,
+    slowest,
     spread,
 )
 from tests.faults.procs import (  # noqa: E402
@@ -328,7 +329,8 @@ class Chaos:
             f"kill-worker: SIGKILL {pid}; "
             + (f"restarted as {back} after {took:.1f}s" if back not in (None, pid) else "NOT back")
         )
-        checks.outage(began, time.time() + 5)  # the new worker connects and takes tasks
+        # the new worker connects and takes tasks
+        checks.outage(began, time.time() + 5, "worker killed")
 
     def rest_outage(self, checks: Checks, rng: random.Random) -> None:
         began = time.time()
@@ -346,7 +348,7 @@ class Chaos:
             f"slurmrestd down {time.time() - began:.1f}s"
             + ("" if started.returncode == 0 else f"; rest-start FAILED: {started.stderr[-200:]}")
         )
-        checks.outage(began, time.time())
+        checks.outage(began, time.time(), "slurmrestd down")
 
     def redis_outage(self, checks: Checks, rng: random.Random) -> None:
         began = time.time()
@@ -354,7 +356,7 @@ class Chaos:
         self.stop.wait(self.args.redis_outage_secs)
         self.redis.start()
         self.events.append(f"redis (the soak's own) down {time.time() - began:.1f}s")
-        checks.outage(began, time.time() + 5)
+        checks.outage(began, time.time() + 5, "redis down")
 
 
 def at_count(inst: Instance, models: list[str], target: int) -> dict[str, tuple[int, int]]:
@@ -533,6 +535,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             latency_started=spread([r.started for r in reps if r.started is not None]),
             latency_healthy=spread([r.healthy for r in reps if r.healthy is not None]),
             latency_routed=spread([r.routed for r in reps if r.routed is not None]),
+            slowest_routed=slowest(reps, checks),
             client_outcomes=dict(sorted(load.outcomes.items())),
             client_503_with_a_serving_replica=unexpected_503,
             events=chaos.events,
@@ -572,6 +575,8 @@ def report(result: dict[str, Any]) -> int:
             f"  cancel -> {what:9s} median {s.get('median')} s  p90 {s.get('p90')} s  "
             f"max {s.get('max')} s  (n={s.get('n')})"
         )
+    for line in result.get("slowest_routed", []):
+        print(f"  slowest: {line}")
     print(f"  client outcomes {result.get('client_outcomes')}")
     print(
         "  503 while the model had a serving replica: "

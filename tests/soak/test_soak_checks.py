@@ -12,8 +12,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench._soak_checks import (  # noqa: E402
     Cancel,
     Checks,
+    Replacement,
     Sample,
     match_replacements,
+    slowest,
     spread,
 )
 
@@ -104,3 +106,17 @@ def test_spread() -> None:
     assert spread([]) == {"n": 0, "median": None, "p90": None, "max": None}
     got = spread([float(i) for i in range(1, 11)])
     assert got == {"n": 10, "median": 5.5, "p90": 9.0, "max": 10.0}
+
+
+def test_slowest_names_the_phases_and_the_outages_that_overlapped() -> None:
+    checks = Checks(grace=25)
+    checks.outage(1000.0, 1020.0, "slurmrestd down")
+    checks.outage(2000.0, 2005.0, "worker killed")
+    fast = Replacement(Cancel(1500.0, "7", "r7", "m"), submitted=0.4, healthy=1.5, routed=2.0)
+    slow = Replacement(Cancel(995.0, "8", "r8", "m"), submitted=26.0, started=26.5, routed=43.2)
+    lost = Replacement(Cancel(3000.0, "9", "r9", "m"))  # never routed: not among the slowest
+    lines = slowest([fast, slow, lost], checks, n=2)
+    assert len(lines) == 2
+    assert lines[0].startswith("job 8 of m") and "submitted +26.0s" in lines[0]
+    assert "routed +43.2s" in lines[0] and lines[0].endswith("during: slurmrestd down")
+    assert lines[1].startswith("job 7 of m") and lines[1].endswith("no outage overlapped")
