@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +94,12 @@ def tree_cpu_secs(pid: int) -> float:
 
 
 def tree_rss_mb(pid: int) -> float:
+    return rss_mb(tree(pid))
+
+
+def rss_mb(pids: list[int]) -> float:
     total = 0
-    for p in tree(pid):
+    for p in pids:
         try:
             with open(f"/proc/{p}/status", encoding="ascii") as f:
                 for line in f:
@@ -411,7 +416,26 @@ def stop(target: Target) -> None:
 def measure(target: Target, model: str, stream: bool, concurrency: int, secs: float) -> dict:
     request = request_bytes(model, stream, target.auth)
     cpu0 = tree_cpu_secs(target.pid) if target.pid else 0.0
-    result = asyncio.run(load(target.port, request, concurrency, secs, first_byte=stream))
+    # The target's peak RSS while the load runs: its processes are listed once, then their
+    # VmRSS read every 2 s (a few small reads, so the load generator's clock is not disturbed).
+    pids = tree(target.pid) if target.pid else []
+    peak = [0.0]
+    finished = threading.Event()
+
+    def sample_rss() -> None:
+        while True:
+            peak[0] = max(peak[0], rss_mb(pids))
+            if finished.wait(2.0):
+                return
+
+    sampler = threading.Thread(target=sample_rss, daemon=True)
+    sampler.start()
+    try:
+        result = asyncio.run(load(target.port, request, concurrency, secs, first_byte=stream))
+    finally:
+        finished.set()
+        sampler.join(5)
+    peak[0] = max(peak[0], rss_mb(pids))
     cpu = (tree_cpu_secs(target.pid) - cpu0) if target.pid else 0.0
     done = max(1, result.ok)
     return {
@@ -424,6 +448,7 @@ def measure(target: Target, model: str, stream: bool, concurrency: int, secs: fl
         "ttfb_p50_ms": pct(result.ttfbs, 0.5) * 1000 if stream else None,
         "ttfb_p99_ms": pct(result.ttfbs, 0.99) * 1000 if stream else None,
         "rss_mb": tree_rss_mb(target.pid) if target.pid else None,
+        "rss_peak_mb": peak[0] if target.pid else None,
     }
 
 
@@ -554,6 +579,17 @@ def main() -> int:
                     f" {r['ttfb_p50_ms']:>8.1f}ms {r['ttfb_p99_ms']:>8.1f}ms"
                     f" {r['errors']:>7} {r['rss_mb']:>7.0f}"
                 )
+        if len(streams) > 1:
+            few, many = min(streams), max(streams)
+            print(f"\n   RSS per extra stream (peak at {many} minus peak at {few} streams):")
+            for name, cells in figures["slow"].items():
+                low, high = cells.get(few, {}), cells.get(many, {})
+                if low.get("rss_peak_mb") and high.get("rss_peak_mb"):
+                    kb = (high["rss_peak_mb"] - low["rss_peak_mb"]) * 1024 / (many - few)
+                    print(
+                        f"   {name:<12} {kb:>6.1f} KB  ({low['rss_peak_mb']:.0f} ->"
+                        f" {high['rss_peak_mb']:.0f} MB)"
+                    )
     finally:
         for t in targets:
             stop(t)
