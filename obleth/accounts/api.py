@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import django_filters  # type: ignore[import-untyped]
+import django_filters
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view

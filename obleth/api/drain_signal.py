@@ -70,7 +70,9 @@ class DrainSignalView(APIView):
         },
     )
     def post(self, request: Request, pk: str) -> Response:
-        recorded, detail = drain_signals.record(request.auth)
+        replica = request.auth
+        assert isinstance(replica, Replica)  # IsTheReplica let only a replica's key in
+        recorded, detail = drain_signals.record(replica)
         if not recorded:
             return Response({"error": detail}, status=409)  # the API's one error shape
         return Response({"detail": detail}, status=202)
