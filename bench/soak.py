@@ -376,7 +376,7 @@ def at_count(inst: Instance, models: list[str], target: int) -> dict[str, tuple[
 
 class BreakerWatch:
     """Models the "Stop after failed launches" breaker stopped: at least max_job_failures lost
-    rows (what it counts, provisioner/plan.py) AND fewer live jobs than the target for longer
+    rows (what it counts, provisioner/plan/) AND fewer live jobs than the target for longer
     than ``patience`` seconds (a stopped model submits nothing; a replaced loss is back within
     a pass). Counted, never hidden: under churn it is the failure issue 8 describes."""
 

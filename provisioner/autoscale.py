@@ -1,6 +1,6 @@
 """Autoscaling: a model's replica count from the gateways' in-flight requests, in the pass.
 
-Pure: no clock (``now`` is given), database, network or Django; the planner (``plan.py``) calls
+Pure: no clock (``now`` is given), database, network or Django; the planner (``plan/``) calls
 :func:`decide` for every enabled model whose spec has ``max_replicas`` set, uses the count it
 returns as the model's target, and records the state it returns on the spec
 (``SetAutoscale``) when it changed. Table-tested in tests/autoscale/test_autoscale_plan.py.

@@ -1,8 +1,8 @@
 """The provisioner's vocabulary: the snapshot a pass observes and the actions it plans.
 
-Pure data. ``plan.py`` turns a ``Snapshot`` into a list of actions; ``observe.py`` builds the
+Pure data. ``plan/`` turns a ``Snapshot`` into a list of actions; ``observe.py`` builds the
 snapshot (database, slurmrestd, probes) and ``execute.py`` carries the actions out. Nothing in
-this module or in ``plan.py`` reads a clock, the database or the network.
+this module or in ``plan/`` reads a clock, the database or the network.
 """
 
 from __future__ import annotations

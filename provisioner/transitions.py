@@ -1,6 +1,6 @@
 """Replacing serving replicas without a gap: walltime handover and make-before-break rollouts.
 
-Pure rules the planner (``plan.py``) applies to one model's live replicas; no clock, database or
+Pure rules the planner (``plan/``) applies to one model's live replicas; no clock, database or
 network. ``decide`` returns what to do; the planner turns it into actions.
 
 Walltime handover. A serving replica whose job ends within the model's ``handover_secs`` (or

@@ -335,7 +335,7 @@ class ManagedSpec(TimestampedModel):
     recipe = models.ForeignKey(Recipe, null=True, blank=True, on_delete=models.SET_NULL)
     last_provision_error = models.TextField(blank=True, editable=False)
     last_provision_error_at = models.DateTimeField(null=True, blank=True, editable=False)
-    # Written by the provisioner (provisioner/plan.py decides): why it stopped launching, and
+    # Written by the provisioner (provisioner/plan/guard.py decides): why it stopped launching, and
     # whether replacements are slowed by the storm guard. "" = not tripped / no storm.
     breaker_message = models.TextField(blank=True, editable=False)
     breaker_tripped_at = models.DateTimeField(null=True, blank=True, editable=False)
