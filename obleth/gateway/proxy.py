@@ -9,7 +9,8 @@
   non-ASCII API key: rows written before validation existed) logged once with its reason,
   never the key.
 
-Relaying itself is :mod:`obleth.gateway.service`; the web process serves no /v1
+Relaying itself is :mod:`obleth.gateway.service` (its failover and relay:
+:mod:`obleth.gateway.failover`, :mod:`obleth.gateway.relay`); the web process serves no /v1
 (:mod:`obleth.gateway.elsewhere`).
 """
 

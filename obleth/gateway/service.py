@@ -39,152 +39,65 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from django.conf import settings
 from django.http import HttpResponse
 
 from obleth.core import limits
 from obleth.core.scrape import scrape_refusal
 from obleth.gateway import metrics
+from obleth.gateway.answers import (
+    Message,
+    Receive,
+    Scope,
+    Send,
+    _Answer,
+    _header,
+    _Outcome,
+    send_django,
+)
 from obleth.gateway.auth import Caller, Refusal, check_credentials, check_credentials_cached
 from obleth.gateway.balancer import Balancer
+from obleth.gateway.body import OFFLOAD_PARSE_BYTES as OFFLOAD_PARSE_BYTES
+from obleth.gateway.body import BodyReader
+from obleth.gateway.config import GatewayConfig
+from obleth.gateway.failover import Failover
 from obleth.gateway.inflight import InflightCounter
 from obleth.gateway.proxy import (
-    PASSED_HEADERS,
-    PASSED_PREFIXES,
     method_not_allowed,
-    misconfigured_response,
     model_entry,
-    no_replica_response,
     not_allowed,
     not_found,
     openai_error,
-    scrub_upstream_address,
-    usable_endpoints,
 )
-from obleth.gateway.routing import RouteEndpoint, RouteModel, RouteTable
+from obleth.gateway.relay import model_replacement as model_replacement
+from obleth.gateway.relay import passed_headers as passed_headers
+from obleth.gateway.routing import RouteTable
 from obleth.gateway.table import LiveTable
 from obleth.gateway.wake import Waker
-from obleth.logging import bound, clean_request_id, register_secret
+from obleth.logging import bound, clean_request_id
 from obleth.logging import request_id as request_id_var
 
 log = logging.getLogger("obleth.gateway.service")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 INFERENCE_PATHS = {
     "/v1/chat/completions": "/chat/completions",
     "/v1/completions": "/completions",
     "/v1/embeddings": "/embeddings",
 }
-OFFLOAD_PARSE_BYTES = 256 * 1024  # bigger bodies are parsed in a thread, off the event loop
 
 
-@dataclass(frozen=True)
-class GatewayConfig:
-    """The gateway's limits and timeouts (from ``OBLETH_GATEWAY_*`` settings)."""
+class GatewayService(Failover, BodyReader):
+    """The ASGI application. One instance per worker process.
 
-    connect_timeout: float = 5.0
-    ttfb_timeout: float = 120.0
-    read_timeout: float = 600.0
-    stream_idle_timeout: float = 120.0
-    body_timeout: float = 30.0
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_json_containers: int = 100_000
-    max_tries: int = 3
-    cooldown_after: int = 3
-    cooldown_secs: float = 30.0
-    endpoint_max_concurrency: int = 0
-    queue_timeout: float = 30.0
-    affinity_header: str = ""
-    access_log: bool = False
-
-    @classmethod
-    def from_settings(cls) -> GatewayConfig:
-        s = settings
-        return cls(
-            connect_timeout=float(getattr(s, "OBLETH_GATEWAY_CONNECT_TIMEOUT_SECS", 5)),
-            ttfb_timeout=float(getattr(s, "OBLETH_GATEWAY_TTFB_TIMEOUT_SECS", 120)),
-            read_timeout=float(getattr(s, "OBLETH_GATEWAY_TIMEOUT_SECS", 600)),
-            stream_idle_timeout=float(getattr(s, "OBLETH_GATEWAY_STREAM_IDLE_TIMEOUT_SECS", 120)),
-            body_timeout=float(getattr(s, "OBLETH_GATEWAY_BODY_TIMEOUT_SECS", 30)),
-            max_body_bytes=int(getattr(s, "OBLETH_GATEWAY_MAX_BODY_BYTES", 8 * 1024 * 1024)),
-            max_json_containers=int(getattr(s, "OBLETH_GATEWAY_MAX_JSON_CONTAINERS", 100_000)),
-            max_tries=max(1, int(getattr(s, "OBLETH_GATEWAY_MAX_TRIES", 3))),
-            cooldown_after=int(getattr(s, "OBLETH_GATEWAY_COOLDOWN_AFTER", 3)),
-            cooldown_secs=float(getattr(s, "OBLETH_GATEWAY_COOLDOWN_SECS", 30)),
-            endpoint_max_concurrency=int(getattr(s, "OBLETH_GATEWAY_ENDPOINT_MAX_CONCURRENCY", 0)),
-            queue_timeout=float(getattr(s, "OBLETH_GATEWAY_QUEUE_TIMEOUT_SECS", 30)),
-            affinity_header=str(getattr(s, "OBLETH_GATEWAY_AFFINITY_HEADER", "") or "").lower(),
-            access_log=bool(getattr(s, "OBLETH_GATEWAY_ACCESS_LOG", False)),
-        )
-
-
-class _Answer(Exception):
-    """A finished answer to send instead of relaying (raised from deep inside a request)."""
-
-    def __init__(self, response: HttpResponse) -> None:
-        self.response = response
-
-
-@dataclass
-class _Outcome:
-    status: int = 0
-    endpoint: str = ""
-    reason: str = ""
-    model: str = ""
-    started: bool = False  # the answer's head went out
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return ""
-
-
-async def send_django(send: Send, response: HttpResponse, request_id: str) -> None:
-    """Send a finished Django response (the OpenAI error bodies are built in one place)."""
-    headers = [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in response.items()]
-    headers.append((b"x-request-id", request_id.encode("latin-1")))
-    body = bytes(response.content)
-    headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def passed_headers(upstream: Mapping[str, str]) -> dict[str, str]:
-    """The upstream answer's headers a client may see (nothing naming the engine or node)."""
-    kept: dict[str, str] = {}
-    for name, value in upstream.items():
-        lower = name.lower()
-        if lower in PASSED_HEADERS or lower.startswith(PASSED_PREFIXES):
-            kept[lower] = value
-    return kept
-
-
-def _count_usage(model: str, payload: Any) -> None:
-    usage = payload.get("usage") if isinstance(payload, dict) else None
-    if not isinstance(usage, dict):
-        return
-    for kind in ("prompt", "completion"):
-        value = usage.get(f"{kind}_tokens")
-        if isinstance(value, int) and value > 0:
-            metrics.TOKENS.labels(model, kind).inc(value)
-
-
-class GatewayService:
-    """The ASGI application. One instance per worker process."""
+    Its parts are its bases, methods of this one object (no wrapper per request): reading the
+    body (:class:`~obleth.gateway.body.BodyReader`), trying the endpoints in turn
+    (:class:`~obleth.gateway.failover.Failover`) and relaying the answer
+    (:class:`~obleth.gateway.relay.Relay`). Here: the lifecycle, routing, authentication,
+    ``/healthz``, ``/v1/models`` and the request's one log line."""
 
     def __init__(
         self,
@@ -208,29 +121,6 @@ class GatewayService:
         self.waker = Waker(self.table, self.load)
 
     # ------------------------------------------------------------------ lifecycle
-
-    @property
-    def client(self) -> aiohttp.ClientSession:
-        """One pooled session per process (kept-alive connections to every endpoint).
-
-        aiohttp rather than httpx here: on this machine httpx's async client cost 0.93 ms of CPU
-        per proxied request against aiohttp's 0.06 ms (bench/gateway_bench.py has the figures).
-        """
-        if self._client is None:
-            self._client = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=0, limit_per_host=0, keepalive_timeout=30, ttl_dns_cache=60
-                ),
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    connect=self.config.connect_timeout,
-                    sock_read=self.config.read_timeout,
-                ),
-                auto_decompress=False,
-                trust_env=False,
-                headers={"User-Agent": "obleth-gateway"},
-            )
-        return self._client
 
     def _table_reloaded(self, table: RouteTable) -> None:
         metrics.TABLE_RELOADS.inc()
@@ -499,406 +389,3 @@ class GatewayService:
         await send_django(
             send, HttpResponse(json.dumps(payload), content_type="application/json"), request_id
         )
-
-    # ------------------------------------------------------------------ request body
-
-    async def _read_json(self, scope: Scope, receive: Receive) -> dict[str, Any]:
-        limit = self.config.max_body_bytes
-        declared = _header(scope, b"content-length")
-        if declared:
-            try:
-                size = int(declared)
-            except ValueError:
-                raise _Answer(openai_error(400, "Content-Length is not a number.")) from None
-            if size > limit:
-                raise _Answer(_too_large(limit))
-        chunks: list[bytes] = []
-        total = 0
-        try:
-            async with asyncio.timeout(self.config.body_timeout):
-                more = True
-                while more:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        raise _Answer(openai_error(400, "The client went away."))
-                    chunk = message.get("body", b"")
-                    total += len(chunk)
-                    if total > limit:
-                        raise _Answer(_too_large(limit))
-                    chunks.append(chunk)
-                    more = bool(message.get("more_body"))
-        except TimeoutError:
-            raise _Answer(
-                openai_error(
-                    408,
-                    f"The request body did not arrive within {self.config.body_timeout:.0f} s.",
-                    code="body_timeout",
-                )
-            ) from None
-        raw = b"".join(chunks)
-        containers = raw.count(b"{") + raw.count(b"[")
-        if containers > self.config.max_json_containers:
-            raise _Answer(
-                openai_error(
-                    413,
-                    f"The request body has more than {self.config.max_json_containers} JSON "
-                    "objects and arrays (OBLETH_GATEWAY_MAX_JSON_CONTAINERS).",
-                    code="body_too_complex",
-                )
-            )
-        try:
-            if len(raw) > OFFLOAD_PARSE_BYTES:
-                body = await asyncio.to_thread(json.loads, raw)
-            else:
-                body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _Answer(
-                openai_error(400, "The request body is not valid JSON; send a JSON object.")
-            ) from None
-        if not isinstance(body, dict):
-            raise _Answer(openai_error(400, "The request body must be a JSON object."))
-        return body
-
-    # ------------------------------------------------------------------ relay
-
-    async def _wait_for_room(self, endpoints: list[RouteEndpoint], route: RouteModel) -> None:
-        if self.balancer.max_concurrency <= 0:
-            return
-        ids = [ep.id for ep in endpoints]
-
-        def room() -> bool:
-            return any(self.balancer.has_room(eid) for eid in ids)
-
-        try:
-            async with asyncio.timeout(self.config.queue_timeout):
-                async with self._slot_freed:
-                    await self._slot_freed.wait_for(room)
-        except TimeoutError:
-            raise _Answer(self._busy(route)) from None
-
-    def _busy(self, route: RouteModel) -> HttpResponse:
-        return openai_error(
-            429,
-            f"Every replica of model '{route.name}' is at its limit of "
-            f"{self.balancer.max_concurrency} requests; retry shortly.",
-            kind="rate_limit_error",
-            code="replicas_busy",
-            headers={"Retry-After": "1"},
-            model=route.name,
-        )
-
-    async def _release(self, endpoint_id: str, model: str) -> None:
-        self.balancer.finished(endpoint_id)
-        metrics.IN_FLIGHT.labels(model, endpoint_id).dec()
-        if self.balancer.max_concurrency > 0:
-            async with self._slot_freed:
-                self._slot_freed.notify(1)
-
-    def _failed(self, route: RouteModel, ep: RouteEndpoint, kind: str, detail: str) -> None:
-        metrics.UPSTREAM_ERRORS.labels(route.name, ep.id, kind).inc()
-        if self.balancer.failed(ep.id, detail):
-            metrics.COOLDOWNS.labels(route.name, ep.id).inc()
-            log.warning(
-                "gateway: endpoint %s of %s cooled down for %.0f s: %s",
-                ep.id,
-                route.name,
-                self.config.cooldown_secs,
-                detail,
-            )
-
-    async def _forward(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        route: RouteModel,
-        path: str,
-        body: dict[str, Any],
-        request_id: str,
-        outcome: _Outcome,
-    ) -> None:
-        started = time.monotonic()
-        affinity = _header(scope, self.config.affinity_header.encode()) or None
-        if not self.config.affinity_header:
-            affinity = None
-        if not route.endpoints:
-            raise _Answer(no_replica_response(route))
-        # Rows that cannot make a request are skipped before the tries are counted.
-        usable = usable_endpoints(route, list(route.endpoints))
-        if not usable:
-            raise _Answer(misconfigured_response(route))
-        await self._wait_for_room(usable, route)
-        candidates = [
-            ep for ep in self.balancer.order(usable, affinity) if self.balancer.has_room(ep.id)
-        ]
-        if not candidates:
-            raise _Answer(self._busy(route))
-        stream = body.get("stream") is True
-        content = json.dumps({**body, "model": route.forwarded_name}).encode()
-        tries = candidates[: self.config.max_tries]
-        task = asyncio.current_task()
-        assert task is not None
-        state = {"done": False, "gone": False}
-
-        async def watch_disconnect() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    if not state["done"]:
-                        state["gone"] = True
-                        task.cancel()
-                    return
-
-        watcher = asyncio.create_task(watch_disconnect())
-        self.in_flight += 1
-        try:
-            for attempt, ep in enumerate(tries, start=1):
-                last = attempt == len(tries)
-                if await self._try(
-                    send, route, ep, path, content, stream, last, started, request_id, outcome
-                ):
-                    return
-            outcome.status = 502
-            outcome.reason = f"no endpoint answered (tried {len(tries)})"
-            raise _Answer(
-                openai_error(
-                    502,
-                    f"No replica of model '{route.name}' could be reached (tried {len(tries)}). "
-                    "Retry shortly; if it persists, check the model's endpoints.",
-                    kind="server_error",
-                    code="upstream_unreachable",
-                )
-            )
-        except asyncio.CancelledError:
-            if not state["gone"]:
-                raise
-            task.uncancel()
-            outcome.status = outcome.status or 499
-            outcome.reason = "client went away"
-        finally:
-            self.in_flight -= 1
-            state["done"] = True
-            watcher.cancel()
-            metrics.LATENCY.labels(route.name).observe(time.monotonic() - started)
-            metrics.REQUESTS.labels(route.name, outcome.endpoint or "-", str(outcome.status)).inc()
-
-    async def _try(
-        self,
-        send: Send,
-        route: RouteModel,
-        ep: RouteEndpoint,
-        path: str,
-        content: bytes,
-        stream: bool,
-        last: bool,
-        started: float,
-        request_id: str,
-        outcome: _Outcome,
-    ) -> bool:
-        """One endpoint. True when the answer (any answer) went to the client."""
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream" if stream else "application/json",
-            "Accept-Encoding": "identity",
-            "X-Request-ID": request_id,
-        }
-        if ep.api_key:
-            register_secret(ep.api_key)
-            headers["Authorization"] = f"Bearer {ep.api_key}"
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=self.config.connect_timeout,
-            sock_read=self.config.stream_idle_timeout if stream else self.config.read_timeout,
-        )
-        try:
-            url = ep.base + path
-            if any(c in url for c in "\r\n\x00 "):
-                raise ValueError("the api_base holds a control character or a space")
-            for value in headers.values():
-                value.encode("latin-1")
-                if "\r" in value or "\n" in value:
-                    raise ValueError("the API key holds a line break")
-        except (ValueError, UnicodeError) as exc:
-            self._failed(route, ep, "bad_endpoint", f"unusable endpoint row ({exc})")
-            log.warning("gateway: endpoint %s of %s skipped: %s", ep.id, route.name, exc)
-            return False
-        self.balancer.started(ep.id)
-        metrics.IN_FLIGHT.labels(route.name, ep.id).inc()
-        try:
-            try:
-                async with asyncio.timeout(self.config.ttfb_timeout):
-                    upstream = await self.client.post(
-                        url, data=content, headers=headers, timeout=timeout, allow_redirects=False
-                    )
-            except (aiohttp.ClientError, OSError, ValueError) as exc:
-                self._failed(route, ep, "connect", type(exc).__name__)
-                log.info(
-                    "gateway: endpoint %s of %s unreachable (%s)",
-                    ep.id,
-                    route.name,
-                    type(exc).__name__,
-                )
-                return False
-            except TimeoutError:
-                self._failed(
-                    route, ep, "ttfb_timeout", f"no answer within {self.config.ttfb_timeout:.0f} s"
-                )
-                log.warning(
-                    "gateway: endpoint %s of %s sent nothing within %.0f s; trying the next one",
-                    ep.id,
-                    route.name,
-                    self.config.ttfb_timeout,
-                )
-                return False
-            metrics.TTFB.labels(route.name).observe(time.monotonic() - started)
-            try:
-                if upstream.status >= 500 and not last:
-                    self._failed(route, ep, "5xx", f"HTTP {upstream.status}")
-                    return False
-                if stream and upstream.status < 300:
-                    await self._relay_stream(send, route, ep, upstream, request_id, outcome)
-                else:
-                    try:
-                        data = await upstream.read()
-                    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                        self._failed(route, ep, "broken", type(exc).__name__)
-                        return False
-                    await self._send_plain(send, route, ep, upstream, data, request_id, outcome)
-            finally:
-                upstream.release()
-            if upstream.status < 500:
-                self.balancer.succeeded(ep.id)
-            else:
-                self._failed(route, ep, "5xx", f"HTTP {upstream.status}")
-            return True
-        finally:
-            await self._release(ep.id, route.name)
-
-    async def _send_plain(
-        self,
-        send: Send,
-        route: RouteModel,
-        ep: RouteEndpoint,
-        upstream: aiohttp.ClientResponse,
-        data: bytes,
-        request_id: str,
-        outcome: _Outcome,
-    ) -> None:
-        passed = passed_headers(upstream.headers)
-        ok = upstream.status < 300
-        if ok and "json" in passed.get("content-type", ""):
-            if b'"model"' in data:  # engines answer with their own id (a path, an alias)
-                data = _MODEL_FIELD.sub(model_replacement(route.name), data)
-            if b'"usage"' in data:
-                with contextlib.suppress(ValueError, UnicodeDecodeError):
-                    _count_usage(route.name, json.loads(data))
-        elif not ok:
-            data = scrub_upstream_address(data, ep.base)
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in passed.items()]
-        headers += [
-            (b"content-length", str(len(data)).encode()),
-            (b"x-request-id", request_id.encode("latin-1")),
-        ]
-        outcome.status, outcome.endpoint = upstream.status, ep.id
-        await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
-
-    async def _relay_stream(
-        self,
-        send: Send,
-        route: RouteModel,
-        ep: RouteEndpoint,
-        upstream: aiohttp.ClientResponse,
-        request_id: str,
-        outcome: _Outcome,
-    ) -> None:
-        passed = passed_headers(upstream.headers)
-        passed["cache-control"] = "no-cache"
-        passed["x-accel-buffering"] = "no"
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in passed.items()]
-        headers.append((b"x-request-id", request_id.encode("latin-1")))
-        outcome.status, outcome.endpoint = upstream.status, ep.id
-        await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
-        renamer = _StreamRenamer(route.name)
-        try:
-            async for chunk in upstream.content.iter_any():
-                if b'"usage"' in chunk:
-                    self._usage_from_events(route.name, chunk)
-                out = renamer.feed(chunk)
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-            rest = renamer.flush()
-            if rest:
-                await send({"type": "http.response.body", "body": rest, "more_body": True})
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            kind = "idle_timeout" if isinstance(exc, TimeoutError) else "broken"
-            self._failed(route, ep, kind, type(exc).__name__)
-            outcome.reason = (
-                f"stream silent for {self.config.stream_idle_timeout:.0f} s"
-                if kind == "idle_timeout"
-                else f"stream broke off ({type(exc).__name__})"
-            )
-            error = {
-                "error": {
-                    "message": "The replica stopped answering in the middle of the stream.",
-                    "type": "server_error",
-                    "param": None,
-                    "code": "upstream_stream_broken",
-                }
-            }
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": b"data: " + json.dumps(error).encode() + b"\n\n",
-                    "more_body": True,
-                }
-            )
-        await send({"type": "http.response.body", "body": b""})
-
-    def _usage_from_events(self, model: str, chunk: bytes) -> None:
-        for line in chunk.split(b"\n"):
-            if b'"usage"' in line and line.startswith(b"data:"):
-                with contextlib.suppress(ValueError, UnicodeDecodeError):
-                    _count_usage(model, json.loads(line[5:]))
-
-
-_MODEL_FIELD = re.compile(rb'("model"\s*:\s*)"(?:[^"\\]|\\.)*"')
-
-
-def model_replacement(client_name: str) -> bytes:
-    """What :data:`_MODEL_FIELD` is replaced with: the key, then the client's name as JSON."""
-    return rb"\1" + json.dumps(client_name).encode().replace(b"\\", b"\\\\")
-
-
-class _StreamRenamer:
-    """Sets "model" of each event back to the client's name, at C speed: a regular expression
-    over whole lines replaces the value of every ``"model":`` key (an escaped ``\\"model\\"``
-    inside generated text does not match), so no event is parsed as JSON. Bytes pass through
-    untouched when no line names a model; a line split across chunks waits for its end."""
-
-    def __init__(self, client_name: str) -> None:
-        self._replacement = model_replacement(client_name)
-        self._pending = b""
-
-    def feed(self, chunk: bytes) -> bytes:
-        data = self._pending + chunk if self._pending else chunk
-        if b'"model"' not in data:
-            self._pending = b""
-            return data
-        complete, newline, self._pending = data.rpartition(b"\n")
-        if not newline:
-            self._pending = data
-            return b""
-        return _MODEL_FIELD.sub(self._replacement, complete) + b"\n"
-
-    def flush(self) -> bytes:
-        rest, self._pending = self._pending, b""
-        return _MODEL_FIELD.sub(self._replacement, rest) if rest else b""
-
-
-def _too_large(limit: int) -> HttpResponse:
-    return openai_error(
-        413,
-        f"The request body is larger than {limit} bytes (OBLETH_GATEWAY_MAX_BODY_BYTES).",
-        code="body_too_large",
-    )
