@@ -18,6 +18,7 @@ ACTION_TYPES: dict[str, type[Any]] = {
         domain.Adopt,
         domain.Promote,
         domain.MarkLost,
+        domain.SettleLoss,
         domain.Cancel,
         domain.CancelOrphan,
         domain.DeleteReplica,

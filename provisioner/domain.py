@@ -339,6 +339,21 @@ class MarkLost:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class SettleLoss:
+    """A replica marked lost while its job was COMPLETING (Slurm 22.05 hides the end state
+    under that flag) now lists its real end: record it on the launch and the row, and whether
+    it was a failed launch after all (FAILED, OUT_OF_MEMORY, ...) or churn (CANCELLED, ...)."""
+
+    model_id: uuid.UUID
+    replica_id: uuid.UUID
+    message: str
+    end_state: str
+    end_reason: str = ""
+    exit_code: int | None = None
+    failed_launch: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Cancel:
     """Deregister the endpoint first, then cancel the job, then mark the row draining."""
 
@@ -440,6 +455,7 @@ Action = (
     | Adopt
     | Promote
     | MarkLost
+    | SettleLoss
     | Cancel
     | CancelOrphan
     | DeleteReplica

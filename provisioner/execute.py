@@ -42,6 +42,7 @@ from provisioner.domain import (
     Retire,
     SetAutoscale,
     SetGuard,
+    SettleLoss,
     SetTransition,
     Submit,
     UpdateMessage,
@@ -126,6 +127,8 @@ class Executor:
                 return self.promote(action)
             case MarkLost():
                 return self.mark_lost(action)
+            case SettleLoss():
+                return self.settle_loss(action)
             case Cancel():
                 return self.cancel(action)
             case CancelOrphan():
@@ -403,6 +406,22 @@ class Executor:
             log.warning("replica %s: failed launch: %s", action.replica_id, action.message)
         else:
             log.debug("replica %s lost: %s", action.replica_id, action.message)
+        return action.message
+
+    def settle_loss(self, action: SettleLoss) -> str:
+        settled = Launch.objects.filter(
+            pk=action.replica_id, end_state__iexact="COMPLETING"
+        ).update(
+            end_state=action.end_state[:60],
+            end_reason=action.end_reason[:500],
+            exit_code=action.exit_code,
+            failed_launch=action.failed_launch,
+        )
+        Replica.objects.filter(pk=action.replica_id, state=ReplicaState.LOST).update(
+            last_message=action.message[:500], updated_at=self.now()
+        )
+        if settled and action.failed_launch:
+            log.warning("replica %s: failed launch: %s", action.replica_id, action.message)
         return action.message
 
     def cancel(self, action: Cancel) -> str:

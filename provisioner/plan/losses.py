@@ -6,19 +6,30 @@ a pass whose listing misses every tracked job.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
 
-from provisioner.domain import JobInfo, MarkLost, ReplicaState, ReplicaView
+from provisioner.domain import (
+    JobInfo,
+    JobPhase,
+    MarkLost,
+    ReplicaState,
+    ReplicaView,
+    SettleLoss,
+)
 from provisioner.plan.record import _clean_reason, _ended, _release_window
 from provisioner.plan.state import _Group, _Pass, _submitted_after_listing
 
 # Slurm end states that are a failed launch even after the replica served.
 FAILURE_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL"})
 # End states that are churn for a replica that served, whatever the exit code (signals).
+# COMPLETING: Slurm 22.05's listing of a job being torn down hides its end state; a serving
+# replica lost then counts as churn until a later pass reads the real end (``SettleLoss``).
 CHURN_STATES = frozenset(
     {
+        "COMPLETING",
         "PREEMPTED",
         "REQUEUED",
         "REQUEUE_FED",
@@ -110,6 +121,33 @@ def _ending(job: JobInfo) -> bool:
     state leaves routing and is replaced at once. A replica that has not served yet is waited
     for until the end state is known, so that it is counted right."""
     return job.state.strip().upper() == "COMPLETING"
+
+
+def _settle(g: _Group, r: ReplicaView, job: JobInfo | None) -> ReplicaView:
+    """A lost row recorded as COMPLETING whose job now lists its real end state: the row as if
+    marked with that end, and ``SettleLoss`` to record it (the breaker counts from it)."""
+    if r.end_state.strip().upper() != "COMPLETING" or job is None or _ending(job):
+        return r
+    state = job.state.strip()
+    if not state or job.phase is not JobPhase.GONE:
+        return r
+    reason = _clean_reason(job.reason)
+    failed = is_failed_launch(state, r.served, job.exit_code)
+    message = lost_message(state, reason)
+    if not failed:
+        message += " \u2014 churn after serving: replaced, not counted as a failed launch"
+    g.settles.append(
+        SettleLoss(
+            model_id=r.model_id,
+            replica_id=r.id,
+            message=message,
+            end_state=state,
+            end_reason=reason,
+            exit_code=job.exit_code,
+            failed_launch=failed,
+        )
+    )
+    return dataclasses.replace(r, end_state=state, exit_code=job.exit_code, last_message=message)
 
 
 def _mark_lost(

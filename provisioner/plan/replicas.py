@@ -15,7 +15,7 @@ from provisioner.domain import (
 )
 from provisioner.plan.guard import _plan_guard, _submit_block
 from provisioner.plan.handover import _plan_transitions
-from provisioner.plan.losses import _ending, _mark_lost, is_failed_launch, lost_since
+from provisioner.plan.losses import _ending, _mark_lost, _settle, is_failed_launch, lost_since
 from provisioner.plan.record import (
     HEALTHY_MESSAGE,
     SCALED_DOWN_CANCELLED,
@@ -56,6 +56,7 @@ def _plan_replicas(ps: _Pass, g: _Group) -> None:
 
     for r in g.replicas:
         if r.state is ReplicaState.LOST:
+            r = _settle(g, r, s.jobs.get(r.job_id) if r.job_id else None)  # noqa: PLW2901
             if _age_secs(s.now, lost_since(r)) >= k.lost_retention_secs:
                 g.delete_replicas.append(
                     DeleteReplica(r.model_id, r.id, why="lost replica past its retention")

@@ -28,6 +28,7 @@ from provisioner.domain import (
     Retire,
     SetAutoscale,
     SetGuard,
+    SettleLoss,
     SetTransition,
     Snapshot,
     Submit,
@@ -85,6 +86,7 @@ class _Group:
     retires: list[Retire] = dataclasses.field(default_factory=list)
     cancels: list[Cancel] = dataclasses.field(default_factory=list)
     mark_losts: list[MarkLost] = dataclasses.field(default_factory=list)
+    settles: list[SettleLoss] = dataclasses.field(default_factory=list)
     delete_replicas: list[DeleteReplica] = dataclasses.field(default_factory=list)
     adopts: list[Adopt] = dataclasses.field(default_factory=list)
     promotes: dict[uuid.UUID, Promote] = dataclasses.field(default_factory=dict)
@@ -100,6 +102,7 @@ class _Group:
         out.extend(self.retires)
         out.extend(self.cancels)
         out.extend(self.mark_losts)
+        out.extend(self.settles)
         out.extend(self.delete_replicas)
         out.extend(self.adopts)
         out.extend(self.promotes.values())

@@ -308,14 +308,15 @@ def test_an_operator_deploys_llamacpp_and_watches_its_replicas_become_healthy(
 
     # A real answer through obleth's gateway (closed: a gateway key).
     # The gateway service, in this process (tests/plugins/gateway_client.py).
-    client = GatewayClient(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('browser-e2e').secret}")
     question = "What is the capital of France? Answer in one sentence."
-    answer = client.post(
-        "/v1/chat/completions",
-        data=json.dumps(
-            {"model": name, "messages": [{"role": "user", "content": question}], "max_tokens": 16}
-        ),
-    )
+    with GatewayClient(HTTP_AUTHORIZATION=f"Bearer {keys.create_key('browser-e2e').secret}") as gw:
+        answer = gw.post(
+            "/v1/chat/completions",
+            data=json.dumps(
+                {"model": name, "messages": [{"role": "user", "content": question}]}
+                | {"max_tokens": 16}
+            ),
+        )
     assert answer.status_code == 200, answer.content
     content = answer.json()["choices"][0]["message"]["content"]
     if built:

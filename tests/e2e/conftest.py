@@ -141,7 +141,9 @@ def provisioner_env(
     slurm.jwt = real_slurm.fresh_token(7200)
     slurm.log_dir = log_dir
     slurm.save()
-    base = 20000 + (uuid.uuid4().int % 200) * 100
+    # Below the kernel's ephemeral range (32768-60999 here): a port in it can be taken by any
+    # outgoing connection on the machine, and the engine's bind then fails (seen in CI).
+    base = 20000 + (uuid.uuid4().int % 110) * 100
     env = ProvisionerEnv(slurm=real_slurm, prefix=prefix, log_dir=log_dir, port=base)
     try:
         yield env

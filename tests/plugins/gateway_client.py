@@ -26,6 +26,7 @@ import json as jsonlib
 import queue
 import threading
 import urllib.parse
+import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -167,6 +168,7 @@ class GatewayClient:
     every request (``GatewayClient(HTTP_AUTHORIZATION="Bearer ...")``). A context manager."""
 
     def __init__(self, **defaults: Any) -> None:
+        _OPEN.add(self)
         self.defaults = defaults
         self.auto_reload = True
         self.executor = CallerThreadExecutor()
@@ -215,6 +217,7 @@ class GatewayClient:
         self.close()
 
     def close(self) -> None:
+        _OPEN.discard(self)
         if self._loop is None:
             return
         for exchange in self._exchanges:  # streams a test left unread: the client goes away
@@ -316,6 +319,19 @@ class GatewayClient:
             else:
                 raise TypeError(f"GatewayClient does not take {key!r}")
         return options
+
+
+_OPEN: weakref.WeakSet[GatewayClient] = weakref.WeakSet()
+
+
+@pytest.fixture(autouse=True)
+def _close_forgotten_gateways() -> Iterator[None]:
+    """A client a test forgot to close would keep its service running in a thread: its load
+    reports (obleth/gateway/inflight.py) would keep flushing to Redis for the rest of the run and
+    other tests would count it as a live gateway process. Closed here after every test."""
+    yield
+    for client in list(_OPEN):
+        client.close()
 
 
 @pytest.fixture

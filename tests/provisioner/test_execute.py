@@ -359,3 +359,42 @@ def test_no_warm_up_when_it_is_switched_off(cluster: Cluster) -> None:
         run_pass()
         assert Replica.objects.get(model_id=model.pk).state == ReplicaState.HEALTHY
         assert httpx.get(f"{root}/_stats", timeout=5).json()["warmup_seen"] is False
+
+
+def test_a_loss_seen_while_completing_is_settled_with_its_real_end(cluster: Cluster) -> None:
+    """Slurm 22.05 lists a job being torn down as COMPLETING only (with obleth_serve draining,
+    for OBLETH_DRAIN_SECS after a scancel). A serving replica is marked lost then, as churn; the
+    pass that lists the real end records it: CANCELLED stays churn, FAILED becomes a failed
+    launch and counts toward "Stop after failed launches". The fake slurmrestd stands in for
+    Slurm's states; nothing else is faked."""
+    model = make_slurm_model(spec={"target_replicas": 1, "max_job_failures": 1})
+    run_pass()
+    first = Replica.objects.get(model_id=model.pk)
+    cluster.fake.set_job_state(first.job_id, "RUNNING")
+    Replica.objects.filter(pk=first.pk).update(
+        state=ReplicaState.HEALTHY, healthy_at=first.created_at, nodes="localhost"
+    )
+
+    cluster.fake.set_job_state(first.job_id, "COMPLETING", exit_code=15)
+    assert run_pass().status == "ok"
+    first.refresh_from_db()
+    launch = Launch.objects.get(pk=first.pk)
+    assert first.state == ReplicaState.LOST
+    assert (launch.end_state, launch.failed_launch) == ("COMPLETING", False)
+    assert "churn" in first.last_message
+    second = Replica.objects.exclude(pk=first.pk).get(model_id=model.pk)  # replaced at once
+
+    cluster.fake.set_job_state(first.job_id, "FAILED", reason="NonZeroExitCode", exit_code=1)
+    assert run_pass().status == "ok"
+    first.refresh_from_db()
+    launch.refresh_from_db()
+    assert (launch.end_state, launch.end_reason) == ("FAILED", "NonZeroExitCode")
+    assert launch.failed_launch and launch.exit_code == 1
+    assert first.last_message == "job ended: FAILED (NonZeroExitCode)"
+    assert "Stopped launching replicas after 1 failed launches" in spec_of(model).breaker_message
+
+    # The replacement's own end is churn (cancelled by someone else): the model stays stopped
+    # only because of the first one's real failure, and nothing else is submitted.
+    cluster.fake.set_job_state(second.job_id, "CANCELLED", exit_code=15)
+    run_pass()
+    assert Replica.objects.filter(model_id=model.pk).exclude(state=ReplicaState.LOST).count() == 0

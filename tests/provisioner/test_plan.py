@@ -32,6 +32,7 @@ from provisioner.domain import (
     ReplicaState,
     ReplicaView,
     SetGuard,
+    SettleLoss,
     Snapshot,
     Submit,
     UpdateMessage,
@@ -302,6 +303,17 @@ def guard(
 
 def del_ep(n: int, why: str, *, model: uuid.UUID = M) -> DeleteEndpoint:
     return DeleteEndpoint(model, eid(n), why)
+
+
+def completing_lost(n: int, job_id: str) -> ReplicaView:
+    """Replica n, marked lost (as churn) while it served and its job read COMPLETING."""
+    return dataclasses.replace(
+        rep(n, L, job_id, age=60, message="job ended: COMPLETING" + CHURN_SUFFIX),
+        served=True,
+        end_state="COMPLETING",
+        exit_code=143,
+        lost_at=ago(30),
+    )
 
 
 # ------------------------------------------------------------------------------ cases
@@ -722,6 +734,81 @@ CASES: list[tuple[str, Snapshot, list[Action]]] = [
             ),
             sub(0, 8000),
         ],
+    ),
+    (
+        "healthy + job COMPLETING with a non-zero exit (the signal): churn, not a failed launch",
+        snap(
+            specs=[spec(max_job_failures=1)],
+            replicas=[rep(1, H, "101", endpoint=eid(1))],
+            jobs=[dataclasses.replace(job("101", 1, RUN, state="COMPLETING"), exit_code=143)],
+            endpoints=[e1],
+        ),
+        [
+            lost(
+                1,
+                "job ended: COMPLETING",
+                endpoint=eid(1),
+                end_state="COMPLETING",
+                served=True,
+                exit_code=143,
+            ),
+            sub(0, 8000),
+        ],
+    ),
+    (
+        "lost while COMPLETING, now CANCELLED: the real end recorded, churn",
+        snap(
+            replicas=[completing_lost(1, "101"), r2],
+            jobs=[dataclasses.replace(job("101", 1, GONE, state="CANCELLED"), exit_code=0), j2],
+            endpoints=[e2],
+        ),
+        [SettleLoss(M, rid(1), "job ended: CANCELLED" + CHURN_SUFFIX, "CANCELLED", "", 0, False)],
+    ),
+    (
+        "lost while COMPLETING, now FAILED: a failed launch after all, and the breaker trips",
+        snap(
+            specs=[spec(target=2, max_job_failures=1)],
+            replicas=[completing_lost(1, "101"), r2],
+            jobs=[
+                dataclasses.replace(
+                    job("101", 1, GONE, state="FAILED", reason="NonZeroExitCode"), exit_code=1
+                ),
+                j2,
+            ],
+            endpoints=[e2],
+        ),
+        [
+            SettleLoss(
+                M,
+                rid(1),
+                "job ended: FAILED (NonZeroExitCode)",
+                "FAILED",
+                "NonZeroExitCode",
+                1,
+                True,
+            ),
+            guard(breaker_message(1, 1, "job ended: FAILED (NonZeroExitCode)"), tripped=True),
+        ],
+    ),
+    (
+        "lost while COMPLETING, still COMPLETING (draining): nothing to settle yet",
+        snap(
+            specs=[spec(max_job_failures=1)],
+            replicas=[completing_lost(1, "101"), r2],
+            jobs=[job("101", 1, RUN, state="COMPLETING"), j2],
+            endpoints=[e2],
+        ),
+        [],
+    ),
+    (
+        "lost while COMPLETING, job no longer listed: stays churn",
+        snap(
+            specs=[spec(max_job_failures=1)],
+            replicas=[completing_lost(1, "101"), r2],
+            jobs=[j2],
+            endpoints=[e2],
+        ),
+        [],
     ),
     (
         "starting + job COMPLETING: waited for until its end state is known",
