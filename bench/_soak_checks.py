@@ -16,7 +16,7 @@ import dataclasses
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 # squeue states of a job that still holds (or will hold) resources and could serve; COMPLETING
@@ -185,8 +185,14 @@ def match_replacements(
     return out
 
 
-def slowest(reps: Sequence[Replacement], checks: Checks, n: int = 3) -> list[str]:
-    """The n slowest cancel -> routed replacements, each with its phases and what overlapped."""
+def slowest(
+    reps: Sequence[Replacement],
+    checks: Checks,
+    n: int = 3,
+    also: Callable[[Replacement], list[str]] | None = None,
+) -> list[str]:
+    """The n slowest cancel -> routed replacements, each with its phases and what overlapped
+    (the outages, plus what ``also`` names for it, e.g. a replacement storm's backoff)."""
     done = sorted((r for r in reps if r.routed is not None), key=lambda r: -(r.routed or 0.0))
     lines = []
     for r in done[:n]:
@@ -201,6 +207,8 @@ def slowest(reps: Sequence[Replacement], checks: Checks, n: int = 3) -> list[str
             if value is not None
         )
         during = checks.overlapping(r.cancel.at, r.cancel.at + (r.routed or 0.0))
+        if also is not None:
+            during += also(r)
         lines.append(
             f"job {r.cancel.job_id} of {r.cancel.model} cancelled at "
             f"{time.strftime('%H:%M:%S', time.localtime(r.cancel.at))}: {phases}"

@@ -374,35 +374,38 @@ def at_count(inst: Instance, models: list[str], target: int) -> dict[str, tuple[
     return off
 
 
-class BreakerWatch:
-    """Models the "Stop after failed launches" breaker stopped: at least max_job_failures lost
-    rows (what it counts, provisioner/plan/) AND fewer live jobs than the target for longer
-    than ``patience`` seconds (a stopped model submits nothing; a replaced loss is back within
-    a pass). Counted, never hidden: under churn it is the failure issue 8 describes."""
+class GuardWatch:
+    """The model guards as the provisioner records them, sampled every second: the failed-launch
+    breaker ("Stop after failed launches": ``ManagedSpec.breaker_message``) and the
+    replacement-storm backoff (``storm_message``), with the spans each storm lasted. A model the
+    breaker stopped is a failure under churn (issue 8); a storm slows replacements on purpose
+    and never stops them, so its replacements are reported apart."""
 
-    def __init__(self, inst: Instance, models: list[str], patience: float = 45.0) -> None:
-        self.inst = inst
+    def __init__(self, models: list[str]) -> None:
         self.models = models
-        self.patience = patience
-        self.short_since: dict[str, float] = {}
         self.stopped: set[str] = set()
+        self.storms: dict[str, list[list[float]]] = {}  # model -> [[start, last seen], ...]
 
-    def check(self, jobs: dict[str, tuple[str, str]]) -> None:
-        from obleth.core.models import ManagedSpec, Replica
+    def check(self) -> None:
+        from obleth.core.models import ManagedSpec
 
         now = time.time()
-        for spec in ManagedSpec.objects.select_related("model").filter(model__name__in=self.models):
-            name = spec.model.name
-            rows = list(Replica.objects.filter(model_id=spec.model_id).values("state", "job_id"))
-            lost = sum(1 for r in rows if r["state"] == "lost")
-            live = sum(1 for r in rows if r["job_id"] in jobs)
-            tripped = 0 < spec.max_job_failures <= lost
-            if tripped and live < spec.target_replicas:
-                since = self.short_since.setdefault(name, now)
-                if now - since > self.patience:
-                    self.stopped.add(name)
-            else:
-                self.short_since.pop(name, None)
+        rows = ManagedSpec.objects.filter(model__name__in=self.models).values_list(
+            "model__name", "breaker_message", "storm_message"
+        )
+        for name, breaker, storm in rows:
+            if breaker:
+                self.stopped.add(name)
+            if storm:
+                spans = self.storms.setdefault(name, [])
+                if spans and now - spans[-1][1] < 5:
+                    spans[-1][1] = now
+                else:
+                    spans.append([now, now])
+
+    def storm_at(self, model: str, start: float, end: float) -> bool:
+        """Whether the model was in a replacement storm between start and end."""
+        return any(a <= end + 1 and b >= start - 1 for a, b in self.storms.get(model, []))
 
 
 def main() -> int:  # noqa: PLR0915 - one straight story, told in order
@@ -426,7 +429,12 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
     )
     p.add_argument("--redis-outage-secs", type=float, default=10.0)
     p.add_argument("--grace", type=float, default=25.0, help="one pass (15 s) plus slack")
-    p.add_argument("--settle", type=float, default=120.0, help="max seconds to settle at the end")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=330.0,
+        help="max seconds to settle at the end (default 330: past the storm guard's 300 s backoff)",
+    )
     p.add_argument("--db", default="obleth_soak")
     p.add_argument("--port", type=int, default=0, help="web port (default: a free one)")
     p.add_argument("--prefix", default=f"obc-soak{uuid.uuid4().hex[:4]}-")
@@ -472,7 +480,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
         load.start()
         chaos_thread = threading.Thread(target=chaos.run, args=(checks, start, duration))
         chaos_thread.start()
-        breakers = BreakerWatch(inst, models)
+        guards = GuardWatch(models)
         starts: dict[str, float] = {}  # job id -> Slurm's start time
         routed_at: dict[str, float] = {}
         log(f"chaos for {duration:.0f}s")
@@ -481,7 +489,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             checks.add(s)
             for ep in s.endpoints:
                 routed_at.setdefault(str(ep["replica_id"]), ep["created_at"].timestamp())
-            breakers.check(s.jobs)
+            guards.check()
             job_starts(inst.prefix, starts)
             time.sleep(max(0.0, 1.0 - (time.time() - s.at)))
         chaos.stop.set()
@@ -494,13 +502,13 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             checks.add(s)
             for ep in s.endpoints:
                 routed_at.setdefault(str(ep["replica_id"]), ep["created_at"].timestamp())
-            breakers.check(s.jobs)
+            guards.check()
             off = at_count(inst, models, args.replicas)
             if not off:
                 settled_in = time.time() - settle_start
                 break
-            if set(off) <= breakers.stopped and time.time() - settle_start > 30:
-                break  # only breaker-stopped models are short: they will not come back
+            if set(off) <= guards.stopped and time.time() - settle_start > 30:
+                break  # only models the breaker stopped are short: they will not come back
             time.sleep(1)
         load.finish()
         off = at_count(inst, models, args.replicas)
@@ -528,14 +536,31 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             stale_endpoints=[v.detail for v in checks.stale_endpoints],
             models_off_count=off,
             settled_in_secs=None if settled_in is None else round(settled_in, 1),
-            breaker_stopped_models=sorted(breakers.stopped),
+            breaker_stopped_models=sorted(guards.stopped),
+            storm_models=sorted(guards.storms),
             healthz_failures=checks.healthz_failures,
             samples=checks.samples,
             latency_submitted=spread([r.submitted for r in reps if r.submitted is not None]),
             latency_started=spread([r.started for r in reps if r.started is not None]),
             latency_healthy=spread([r.healthy for r in reps if r.healthy is not None]),
             latency_routed=spread([r.routed for r in reps if r.routed is not None]),
-            slowest_routed=slowest(reps, checks),
+            latency_routed_outside_storms=spread(
+                [
+                    r.routed
+                    for r in reps
+                    if r.routed is not None
+                    and not guards.storm_at(r.cancel.model, r.cancel.at, r.cancel.at + r.routed)
+                ]
+            ),
+            slowest_routed=slowest(
+                reps,
+                checks,
+                also=lambda r: (
+                    ["replacement storm backoff"]
+                    if guards.storm_at(r.cancel.model, r.cancel.at, r.cancel.at + (r.routed or 0))
+                    else []
+                ),
+            ),
             client_outcomes=dict(sorted(load.outcomes.items())),
             client_503_with_a_serving_replica=unexpected_503,
             events=chaos.events,
@@ -575,6 +600,13 @@ def report(result: dict[str, Any]) -> int:
             f"  cancel -> {what:9s} median {s.get('median')} s  p90 {s.get('p90')} s  "
             f"max {s.get('max')} s  (n={s.get('n')})"
         )
+    s = result.get("latency_routed_outside_storms", {})
+    print(
+        f"  cancel -> routed outside replacement storms: median {s.get('median')} s  "
+        f"p90 {s.get('p90')} s  max {s.get('max')} s  (n={s.get('n')})"
+    )
+    storms = result.get("storm_models")
+    print(f"  models that had a replacement storm (slowed, never stopped): {storms}")
     for line in result.get("slowest_routed", []):
         print(f"  slowest: {line}")
     print(f"  client outcomes {result.get('client_outcomes')}")
