@@ -449,6 +449,8 @@ def measure(target: Target, model: str, stream: bool, concurrency: int, secs: fl
         "ttfb_p99_ms": pct(result.ttfbs, 0.99) * 1000 if stream else None,
         "rss_mb": tree_rss_mb(target.pid) if target.pid else None,
         "rss_peak_mb": peak[0] if target.pid else None,
+        # the target's share of one core over the cell (its whole process tree)
+        "cpu_pct": cpu * 100 / result.secs if target.pid and result.secs else None,
     }
 
 
@@ -564,7 +566,7 @@ def main() -> int:
         )
         print(
             f"{'target':<12} {'streams':>7} {'done/s':>8} {'% direct':>8} {'TTFB p50':>9}"
-            f" {'TTFB p99':>9} {'errors':>7} {'RSS MB':>7}"
+            f" {'TTFB p99':>9} {'errors':>7} {'RSS MB':>7} {'CPU %':>6}"
         )
         for n in streams:
             base = None
@@ -578,6 +580,7 @@ def main() -> int:
                     f"{t.name:<12} {n:>7} {r['rps']:>8.1f} {share:>7.0f}%"
                     f" {r['ttfb_p50_ms']:>8.1f}ms {r['ttfb_p99_ms']:>8.1f}ms"
                     f" {r['errors']:>7} {r['rss_mb']:>7.0f}"
+                    + (f" {r['cpu_pct']:>6.0f}" if r["cpu_pct"] is not None else f" {'-':>6}")
                 )
         if len(streams) > 1:
             few, many = min(streams), max(streams)
