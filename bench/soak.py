@@ -552,6 +552,28 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
                     and not guards.storm_at(r.cancel.model, r.cancel.at, r.cancel.at + r.routed)
                 ]
             ),
+            slowest_routed_outside_storms=slowest(
+                [
+                    r
+                    for r in reps
+                    if not guards.storm_at(
+                        r.cancel.model, r.cancel.at, r.cancel.at + (r.routed or 0)
+                    )
+                ],
+                checks,
+            ),
+            replacements=[
+                {
+                    "job": r.cancel.job_id,
+                    "model": r.cancel.model,
+                    "cancelled_at": r.cancel.at,
+                    "submitted": r.submitted,
+                    "started": r.started,
+                    "healthy": r.healthy,
+                    "routed": r.routed,
+                }
+                for r in reps
+            ],
             slowest_routed=slowest(
                 reps,
                 checks,
@@ -609,6 +631,8 @@ def report(result: dict[str, Any]) -> int:
     print(f"  models that had a replacement storm (slowed, never stopped): {storms}")
     for line in result.get("slowest_routed", []):
         print(f"  slowest: {line}")
+    for line in result.get("slowest_routed_outside_storms", []):
+        print(f"  slowest outside storms: {line}")
     print(f"  client outcomes {result.get('client_outcomes')}")
     print(
         "  503 while the model had a serving replica: "
