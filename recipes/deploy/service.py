@@ -54,16 +54,13 @@ Library recipes are listed by :func:`recipes.library.library_recipes`.
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import yaml
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from obleth.core.models import Launch, ManagedSpec, Model, Recipe, SlurmSettings
+from obleth.core.models import Launch, Model, Recipe, SlurmSettings
 from recipes.deploy import checks, learned, reads
 from recipes.deploy import options as deploy_options
 from recipes.deploy.reads import DISCOVERY_MAX_AGE, cached_resources
@@ -76,7 +73,10 @@ from recipes.deploy.request import (
     request_key,
     spec_overrides,
 )
+from recipes.deploy.review import _SOURCE_WORDS, Result, Review, _ask, _values
+from recipes.deploy.saved_recipe import _saved_body
 from recipes.deploy.spec import prepare_deploy, save_deploy
+from recipes.deploy.submit_preview import _submit_body
 from recipes.document import parse_recipe
 from recipes.sbatch import lift_sbatch
 
@@ -94,127 +94,11 @@ __all__ = [
     "request_from_data",
 ]
 
-_SOURCE_WORDS = {
-    "recipe": "recipe",
-    "script": "recipe",
-    "cluster": "cluster default",
-    "override": "you",
-}
-_MASK = "[masked]"
-
-
-# ----------------------------------------------------------------------------- the answer
-
-
-@dataclasses.dataclass
-class Review:
-    name: str
-    source: dict[str, Any]
-    script: str  # the job script as the job runs it (port block included)
-    script_body: str  # the managed spec's script
-    slurm: dict[str, Any]
-    values: dict[str, dict[str, Any]]
-    inputs: dict[str, dict[str, Any]]
-    checks: list[dict[str, Any]]
-    suggestions: list[dict[str, Any]]
-    warnings: list[str]
-    refusals: dict[str, list[str]]
-    discovery: dict[str, Any]
-    notes: list[str]
-    spec: ManagedSpec = dataclasses.field(repr=False)
-    model: Model = dataclasses.field(repr=False)
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    recipe_text: str = dataclasses.field(repr=False, default="")
-    recipe_row: Recipe | None = dataclasses.field(repr=False, default=None)
-    saved_recipe: dict[str, str] | None = None  # name and body "Also save as recipe" writes
-
-    @property
-    def ok(self) -> bool:
-        return not self.refusals
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "dry_run": True,
-            "ok": self.ok,
-            "name": self.name,
-            "source": self.source,
-            "script": self.script,
-            "script_body": self.script_body,
-            "slurm": self.slurm,
-            "values": self.values,
-            "inputs": self.inputs,
-            "checks": self.checks,
-            "suggestions": self.suggestions,
-            "warnings": self.warnings,
-            "refusals": self.refusals,
-            "discovery": self.discovery,
-            "notes": self.notes,
-            "options": self.options,
-            "save_as_recipe": self.saved_recipe,
-        }
-
-
-@dataclasses.dataclass
-class Result:
-    model: Model
-    spec: ManagedSpec
-    recipe: Recipe | None
-    review: Review
-    stage: str = "staged"
-
 
 def deployment_stage(model: Model) -> str:
     """``staged`` until one of the model's replicas first served, then ``serving``."""
     served = Launch.objects.filter(model_id=model.pk, healthy_at__isnull=False).exists()
     return "serving" if served else "staged"
-
-
-def _ask(spec: ManagedSpec) -> checks.Ask:
-    from provisioner.slurm.convert import expand_nodelist
-
-    try:
-        excluded = expand_nodelist("".join(spec.exclude.split())) if spec.exclude else ()
-    except ValueError:
-        excluded = ()
-    return checks.Ask(
-        partition=spec.partition.strip(),
-        account=spec.account.strip(),
-        qos=spec.qos.strip(),
-        time_limit_minutes=reads.minutes(spec.time_limit),
-        nodes=max(1, spec.nodes),
-        gpus=checks.node_gpus(spec.gres),
-        cpus=spec.cpus_per_task or 1,
-        mem_mb=reads.mb(spec.mem),
-        constraints=spec.constraints.strip(),
-        exclude=tuple(excluded),
-    )
-
-
-def _values(
-    spec: ManagedSpec, sources: Mapping[str, str], env: Mapping[str, str]
-) -> dict[str, Any]:
-    shown: dict[str, Any] = {}
-    for req, field in OVERRIDES.items():
-        if req in ("gpus", "env", "api_model_name"):
-            continue
-        assert field is not None
-        value = getattr(spec, field)
-        source = sources.get(field)
-        word = _SOURCE_WORDS.get(source or "", source or "")
-        word = word or "not set"
-        shown[req] = {"value": value, "source": word}
-    shown["gpus"] = {"value": checks.node_gpus(spec.gres), "source": shown["gres"]["source"]}
-    launcher = spec.launcher_spec or {}
-    shown["api_model_name"] = {
-        "value": launcher.get("api_model_name", ""),
-        "source": _SOURCE_WORDS.get(launcher.get("api_model_name_source", "recipe"), "recipe"),
-    }
-    recipe_env = dict(launcher.get("env") or {})
-    shown["env"] = {
-        "value": recipe_env,
-        "source": "you" if env else ("recipe" if recipe_env else "not set"),
-    }
-    return shown
 
 
 def plan_deployment(
@@ -403,150 +287,6 @@ def plan_deployment(
             raise ValidationError({"save_as_recipe": exc.messages}) from None
         review.saved_recipe = {"name": request.save_as_recipe.strip(), "body": saved_body}
     return review
-
-
-def _submit_body(
-    spec: ManagedSpec,
-    slurm: SlurmSettings,
-    model_name: str,
-    discovered_version: str,
-    cluster: checks.Cluster,
-    refusals: dict[str, list[str]],
-) -> tuple[dict[str, Any], str, list[str]]:
-    """(the slurmrestd submit for the connection's API version, the job script, notes).
-
-    Built by :func:`provisioner.submission.build_submission` and the version's adapter, the
-    same calls the provisioner makes; a body the adapter refuses adds a refusal."""
-    from provisioner.plan import job_name_for
-    from provisioner.slurm.adapters import get_adapter
-    from provisioner.slurm.errors import SlurmConfigError
-    from provisioner.submission import SECRET_ENV_NAMES, build_submission
-
-    # The exact submit body, for the API version the connection uses.
-    version = slurm.effective_api_version or discovered_version
-    job_name = job_name_for(settings.OBLETH_PROVISIONER_JOB_PREFIX, model_name, uuid.UUID(int=0))
-    notes = [
-        "The job name ends with the replica's id (shown as zeros), chosen when it is submitted.",
-        f"The port window shown is the first one ({spec.serving_port}-"
-        f"{spec.serving_port + settings.OBLETH_PORT_SPAN - 1}); each replica gets the first "
-        "free window from serving_port.",
-    ]
-    slurm_answer: dict[str, Any]
-    script = ""
-    if not version:
-        slurm_answer = {
-            "api_version": "",
-            "path": "",
-            "body": None,
-            "reason": "The slurmrestd API version is not known yet: test the Slurm connection "
-            "(or set api_version) to see the exact body.",
-        }
-    else:
-        adapter = get_adapter(version)
-        submission = build_submission(
-            spec=spec,
-            slurm=slurm,
-            job_name=job_name,
-            port_base=spec.serving_port,
-            port_span=settings.OBLETH_PORT_SPAN,
-            client=reads.DiscoveryClient(adapter, cluster),  # type: ignore[arg-type]
-        )
-        script = submission.script
-        try:
-            body = adapter.build_submit_body(submission)
-        except SlurmConfigError as exc:
-            field = "overrides.exclude" if "exclude" in str(exc) else "overrides"
-            refusals.setdefault(field, []).append(f"Slurm will refuse this job: {exc}.")
-            body = None
-        if body is not None:
-            body = _masked(body, SECRET_ENV_NAMES)
-        slurm_answer = {
-            "api_version": adapter.version,
-            "path": adapter.submit_path(),
-            "body": body,
-            "reason": "",
-        }
-    if not script:
-        from provisioner.script import render_batch_script
-
-        script = render_batch_script(
-            script_body=spec.script_body,
-            image="",
-            preamble="",
-            launch_command="",
-            port_base=spec.serving_port,
-            port_span=settings.OBLETH_PORT_SPAN,
-        )
-    return slurm_answer, script, notes
-
-
-def _masked(body: Any, secret_names: frozenset[str]) -> Any:
-    if isinstance(body, dict):
-        out = {}
-        for key, value in body.items():
-            if key == "environment":
-                out[key] = _masked_env(value, secret_names)
-            else:
-                out[key] = _masked(value, secret_names)
-        return out
-    if isinstance(body, list):
-        return [_masked(v, secret_names) for v in body]
-    return body
-
-
-def _masked_env(value: Any, secret_names: frozenset[str]) -> Any:
-    if isinstance(value, dict):
-        return {k: (_MASK if k in secret_names else v) for k, v in value.items()}
-    if isinstance(value, list):  # ["NAME=value", ...]
-        out = []
-        for item in value:
-            name = str(item).split("=", 1)[0]
-            out.append(f"{name}={_MASK}" if name in secret_names else item)
-        return out
-    return value
-
-
-# ----------------------------------------------------------------------------- deploy
-
-
-def _saved_body(review: Review, request: DeployRequest) -> str:
-    """The recipe document the operator's settings make: the source's header with the values
-    they gave (inputs become defaults), and the script they edited."""
-    from recipes.header import _split_document, normalize_newlines
-
-    header_text, script, _, _ = _split_document(normalize_newlines(review.recipe_text))
-    header = yaml.safe_load(header_text) or {}
-    sources = (review.spec.launcher_spec or {}).get("sources", {})
-    for field in (
-        "partition",
-        "account",
-        "qos",
-        "time_limit",
-        "mem",
-        "gres",
-        "nodes",
-        "cpus_per_task",
-        "constraints",
-        "exclude",
-        "target_replicas",
-        "max_job_failures",
-        "health_path",
-    ):
-        if sources.get(field) in ("override", "learned"):
-            header[field] = getattr(review.spec, field)
-    if sources.get("serving_port") == "override":
-        header["port"] = review.spec.serving_port
-    given = request.inputs
-    for item in header.get("inputs") or []:
-        if isinstance(item, dict) and item.get("name") in given:
-            item["default"] = str(given[item["name"]])
-    env = {**(header.get("env") or {}), **(request.overrides.get("env") or {})}
-    if env:
-        header["env"] = {k: str(v) for k, v in env.items()}
-    if request.script is not None:
-        script = request.script
-    dumped = yaml.safe_dump(header, sort_keys=False, allow_unicode=True)
-    return f"---\n{dumped}---\n{script.lstrip(chr(10))}"
 
 
 def deploy(
