@@ -467,6 +467,9 @@ def main() -> int:
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--quick", action="store_true", help="1 round, 3 s cells, 64/256 streams")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--slow-only", action="store_true", help="only the slow-upstream stream cells"
+    )
     args = parser.parse_args()
     if args.quick:
         args.secs, args.rounds, args.slow_secs, args.streams = 3.0, 1, 6.0, "64,256"
@@ -488,73 +491,75 @@ def main() -> int:
         if not args.no_litellm:
             targets.append(start_litellm(litellm_venv(args.litellm_venv), fast_base, slow_base, 1))
 
-        # ---- fast upstream: interleaved rounds, rotating order
-        cells = [(1, False), (16, False), (64, False), (16, True), (64, True)]
-        rows: dict[tuple[str, int, bool], list[dict]] = {}
-        everyone = [direct_fast, *targets]
-        for rnd in range(args.rounds):
-            order = everyone[rnd % len(everyone) :] + everyone[: rnd % len(everyone)]
-            for conc, stream in cells:
-                for t in order:
-                    rows.setdefault((t.name, conc, stream), []).append(
-                        measure(t, "bench", stream, conc, args.secs)
-                    )
-        print("\n== fast upstream (instant answer; streams: 5 events at once)")
-        print(f"   {args.rounds} interleaved round(s) of {args.secs:.0f} s per cell; medians")
-        header = (
-            f"{'target':<12} {'CPU ms/req':>10} {'added p50':>10} {'added p99':>10}"
-            f" {'c16 rps':>9} {'c64 rps':>9} {'c16 s-rps':>10} {'c64 s-rps':>10}"
-        )
-        print(header)
-        direct_lat = rows[("direct", 1, False)]
-        for t in everyone:
-
-            def med(conc: int, stream: bool, key: str, t: Target = t) -> float:
-                vals = [r[key] for r in rows[(t.name, conc, stream)] if r[key] is not None]
-                return statistics.median(vals) if vals else float("nan")
-
-            cpu_vals = [
-                r["cpu_ms_per_req"]
-                for (name, _, _), rs in rows.items()
-                if name == t.name
-                for r in rs
-                if r["cpu_ms_per_req"] is not None and not r["errors"]
-            ]
-            added50 = [
-                a["p50_ms"] - d["p50_ms"]
-                for a, d in zip(rows[(t.name, 1, False)], direct_lat, strict=True)
-            ]
-            added99 = [
-                a["p99_ms"] - d["p99_ms"]
-                for a, d in zip(rows[(t.name, 1, False)], direct_lat, strict=True)
-            ]
-            line = {
-                "cpu_ms_per_req": statistics.median(cpu_vals) if cpu_vals else float("nan"),
-                "added_p50_ms": statistics.median(added50),
-                "added_p99_ms": statistics.median(added99),
-                "c16_rps": med(16, False, "rps"),
-                "c64_rps": med(64, False, "rps"),
-                "c16_stream_rps": med(16, True, "rps"),
-                "c64_stream_rps": med(64, True, "rps"),
-                "errors": sum(
-                    r["errors"] for (n, _, _), rs in rows.items() if n == t.name for r in rs
-                ),
-            }
-            figures["fast"][t.name] = line
-            print(
-                f"{t.name:<12} {line['cpu_ms_per_req']:>10.3f} {line['added_p50_ms']:>10.2f}"
-                f" {line['added_p99_ms']:>10.2f} {line['c16_rps']:>9.0f} {line['c64_rps']:>9.0f}"
-                f" {line['c16_stream_rps']:>10.0f} {line['c64_stream_rps']:>10.0f}"
-                + (f"  errors {line['errors']}" if line["errors"] else "")
+        if not args.slow_only:  # the fast-upstream cells
+            # ---- fast upstream: interleaved rounds, rotating order
+            cells = [(1, False), (16, False), (64, False), (16, True), (64, True)]
+            rows: dict[tuple[str, int, bool], list[dict]] = {}
+            everyone = [direct_fast, *targets]
+            for rnd in range(args.rounds):
+                order = everyone[rnd % len(everyone) :] + everyone[: rnd % len(everyone)]
+                for conc, stream in cells:
+                    for t in order:
+                        rows.setdefault((t.name, conc, stream), []).append(
+                            measure(t, "bench", stream, conc, args.secs)
+                        )
+            print("\n== fast upstream (instant answer; streams: 5 events at once)")
+            print(f"   {args.rounds} interleaved round(s) of {args.secs:.0f} s per cell; medians")
+            header = (
+                f"{'target':<12} {'CPU ms/req':>10} {'added p50':>10} {'added p99':>10}"
+                f" {'c16 rps':>9} {'c64 rps':>9} {'c16 s-rps':>10} {'c64 s-rps':>10}"
             )
-        if "obleth x1" in figures["fast"] and "litellm x1" in figures["fast"]:
-            o, li = figures["fast"]["obleth x1"], figures["fast"]["litellm x1"]
-            cpu_ratio = li["cpu_ms_per_req"] / o["cpu_ms_per_req"]
-            lat_ratio = li["added_p50_ms"] / max(o["added_p50_ms"], 0.01)
-            print(
-                f"   LiteLLM / obleth: CPU per request {cpu_ratio:.1f}x,"
-                f" added latency p50 {lat_ratio:.1f}x"
-            )
+            print(header)
+            direct_lat = rows[("direct", 1, False)]
+            for t in everyone:
+
+                def med(conc: int, stream: bool, key: str, t: Target = t) -> float:
+                    vals = [r[key] for r in rows[(t.name, conc, stream)] if r[key] is not None]
+                    return statistics.median(vals) if vals else float("nan")
+
+                cpu_vals = [
+                    r["cpu_ms_per_req"]
+                    for (name, _, _), rs in rows.items()
+                    if name == t.name
+                    for r in rs
+                    if r["cpu_ms_per_req"] is not None and not r["errors"]
+                ]
+                added50 = [
+                    a["p50_ms"] - d["p50_ms"]
+                    for a, d in zip(rows[(t.name, 1, False)], direct_lat, strict=True)
+                ]
+                added99 = [
+                    a["p99_ms"] - d["p99_ms"]
+                    for a, d in zip(rows[(t.name, 1, False)], direct_lat, strict=True)
+                ]
+                line = {
+                    "cpu_ms_per_req": statistics.median(cpu_vals) if cpu_vals else float("nan"),
+                    "added_p50_ms": statistics.median(added50),
+                    "added_p99_ms": statistics.median(added99),
+                    "c16_rps": med(16, False, "rps"),
+                    "c64_rps": med(64, False, "rps"),
+                    "c16_stream_rps": med(16, True, "rps"),
+                    "c64_stream_rps": med(64, True, "rps"),
+                    "errors": sum(
+                        r["errors"] for (n, _, _), rs in rows.items() if n == t.name for r in rs
+                    ),
+                }
+                figures["fast"][t.name] = line
+                print(
+                    f"{t.name:<12} {line['cpu_ms_per_req']:>10.3f}"
+                    f" {line['added_p50_ms']:>10.2f} {line['added_p99_ms']:>10.2f}"
+                    f" {line['c16_rps']:>9.0f} {line['c64_rps']:>9.0f}"
+                    f" {line['c16_stream_rps']:>10.0f} {line['c64_stream_rps']:>10.0f}"
+                    + (f"  errors {line['errors']}" if line["errors"] else "")
+                )
+            if "obleth x1" in figures["fast"] and "litellm x1" in figures["fast"]:
+                o, li = figures["fast"]["obleth x1"], figures["fast"]["litellm x1"]
+                cpu_ratio = li["cpu_ms_per_req"] / o["cpu_ms_per_req"]
+                lat_ratio = li["added_p50_ms"] / max(o["added_p50_ms"], 0.01)
+                print(
+                    f"   LiteLLM / obleth: CPU per request {cpu_ratio:.1f}x,"
+                    f" added latency p50 {lat_ratio:.1f}x"
+                )
 
         # ---- slow upstream: streams
         targets.append(start_obleth(db_url, 2))
