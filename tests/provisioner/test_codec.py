@@ -56,6 +56,10 @@ SAMPLES: list[domain.Action] = [
         failed_launch=False,
         served=True,
     ),
+    domain.SettleLoss(
+        M, R, "job ended: FAILED (NonZeroExitCode)", "FAILED", "NonZeroExitCode", 1, True
+    ),
+    domain.SettleLoss(M, R, "job ended: CANCELLED", "CANCELLED"),
     domain.SetGuard(M, "Stopped launching replicas after 3 failed launches.", "", tripped=True),
     domain.SetGuard(M, "", "Replacement storm: ...", storm_started=True),
     Submit(M, R, "obleth-chat-aaaaaaaabbbb", 18016, successor_of=E),
