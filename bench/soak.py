@@ -525,6 +525,12 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
         ]  # fmt: skip
         reps = match_replacements(chaos.cancels, launches, routed_at)
         unexpected_503 = sum(1 for t, m in load.no_replica if checks.serving_at(m, t))
+        # Replacements no replacement storm slowed (its backoff is on purpose: reported apart).
+        calm = [
+            r
+            for r in reps
+            if not guards.storm_at(r.cancel.model, r.cancel.at, r.cancel.at + (r.routed or 0))
+        ]
         result.update(
             cancels=len(chaos.cancels),
             replaced=sum(1 for r in reps if r.routed is not None),
@@ -544,24 +550,8 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             latency_started=spread([r.started for r in reps if r.started is not None]),
             latency_healthy=spread([r.healthy for r in reps if r.healthy is not None]),
             latency_routed=spread([r.routed for r in reps if r.routed is not None]),
-            latency_routed_outside_storms=spread(
-                [
-                    r.routed
-                    for r in reps
-                    if r.routed is not None
-                    and not guards.storm_at(r.cancel.model, r.cancel.at, r.cancel.at + r.routed)
-                ]
-            ),
-            slowest_routed_outside_storms=slowest(
-                [
-                    r
-                    for r in reps
-                    if not guards.storm_at(
-                        r.cancel.model, r.cancel.at, r.cancel.at + (r.routed or 0)
-                    )
-                ],
-                checks,
-            ),
+            latency_routed_outside_storms=spread([r.routed for r in calm if r.routed is not None]),
+            slowest_routed_outside_storms=slowest(calm, checks),
             replacements=[
                 {
                     "job": r.cancel.job_id,
@@ -577,11 +567,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, told in order
             slowest_routed=slowest(
                 reps,
                 checks,
-                also=lambda r: (
-                    ["replacement storm backoff"]
-                    if guards.storm_at(r.cancel.model, r.cancel.at, r.cancel.at + (r.routed or 0))
-                    else []
-                ),
+                also=lambda r: [] if r in calm else ["replacement storm backoff"],
             ),
             client_outcomes=dict(sorted(load.outcomes.items())),
             client_503_with_a_serving_replica=unexpected_503,

@@ -112,6 +112,14 @@ def mass_vanish(
     return None
 
 
+def _loss_message(state: str, reason: str, failed: bool) -> str:
+    """The lost row's message: :func:`lost_message`, plus the churn sentence when not failed."""
+    message = lost_message(state, reason)
+    if failed:
+        return message
+    return message + " \u2014 churn after serving: replaced, not counted as a failed launch"
+
+
 def _ending(job: JobInfo) -> bool:
     """A job that has ended and is being torn down, as Slurm 22.05 (v0.0.38) prints it.
 
@@ -133,9 +141,7 @@ def _settle(g: _Group, r: ReplicaView, job: JobInfo | None) -> ReplicaView:
         return r
     reason = _clean_reason(job.reason)
     failed = is_failed_launch(state, r.served, job.exit_code)
-    message = lost_message(state, reason)
-    if not failed:
-        message += " \u2014 churn after serving: replaced, not counted as a failed launch"
+    message = _loss_message(state, reason, failed)
     g.settles.append(
         SettleLoss(
             model_id=r.model_id,
@@ -158,9 +164,7 @@ def _mark_lost(
     exit_code = job.exit_code if job is not None else None
     served = r.served or r.state is ReplicaState.HEALTHY
     failed = is_failed_launch(state or "gone", served, exit_code)
-    message = lost_message(state, reason)
-    if not failed:
-        message += " \u2014 churn after serving: replaced, not counted as a failed launch"
+    message = _loss_message(state, reason, failed)
     g.mark_losts.append(
         MarkLost(
             model_id=r.model_id,
