@@ -18,11 +18,19 @@ import logging
 import time
 from typing import Any
 
-import aiohttp
 from django.http import HttpResponse
 
 from obleth.gateway import metrics
-from obleth.gateway.answers import Receive, Scope, Send, _Answer, _header, _Outcome
+from obleth.gateway.answers import (
+    BodyWriter,
+    Receive,
+    Scope,
+    Send,
+    _Answer,
+    _header,
+    _Outcome,
+    body_writer,
+)
 from obleth.gateway.proxy import (
     misconfigured_response,
     no_replica_response,
@@ -31,6 +39,7 @@ from obleth.gateway.proxy import (
 )
 from obleth.gateway.relay import Relay
 from obleth.gateway.routing import RouteEndpoint, RouteModel
+from obleth.gateway.upstream import UpstreamBroken, UpstreamClient, UpstreamError
 from obleth.logging import register_secret
 
 # The service's logger: one name for every line the gateway's request handling logs.
@@ -40,31 +49,16 @@ log = logging.getLogger("obleth.gateway.service")
 class Failover(Relay):
     """The failover half of :class:`obleth.gateway.service.GatewayService`."""
 
-    _client: aiohttp.ClientSession | None
+    _client: UpstreamClient | None
     _slot_freed: asyncio.Condition
     in_flight: int
 
     @property
-    def client(self) -> aiohttp.ClientSession:
-        """One pooled session per process (kept-alive connections to every endpoint).
-
-        aiohttp rather than httpx here: on this machine httpx's async client cost 0.93 ms of CPU
-        per proxied request against aiohttp's 0.06 ms (bench/gateway_bench.py has the figures).
-        """
+    def client(self) -> UpstreamClient:
+        """One pool of kept-alive connections to every endpoint per process
+        (:mod:`obleth.gateway.upstream` says why it is not aiohttp's or httpx's)."""
         if self._client is None:
-            self._client = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=0, limit_per_host=0, keepalive_timeout=30, ttl_dns_cache=60
-                ),
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    connect=self.config.connect_timeout,
-                    sock_read=self.config.read_timeout,
-                ),
-                auto_decompress=False,
-                trust_env=False,
-                headers={"User-Agent": "obleth-gateway"},
-            )
+            self._client = UpstreamClient()
         return self._client
 
     async def _wait_for_room(self, endpoints: list[RouteEndpoint], route: RouteModel) -> None:
@@ -143,13 +137,24 @@ class Failover(Relay):
                         task.cancel()
                     return
 
+        writer = body_writer(scope) if stream else None
         watcher = asyncio.create_task(watch_disconnect())
         self.in_flight += 1
         try:
             for attempt, ep in enumerate(tries, start=1):
                 last = attempt == len(tries)
                 if await self._try(
-                    send, route, ep, path, content, stream, last, started, request_id, outcome
+                    send,
+                    route,
+                    ep,
+                    path,
+                    content,
+                    stream,
+                    last,
+                    started,
+                    request_id,
+                    outcome,
+                    writer,
                 ):
                     return
             outcome.status = 502
@@ -188,6 +193,7 @@ class Failover(Relay):
         started: float,
         request_id: str,
         outcome: _Outcome,
+        writer: BodyWriter | None = None,
     ) -> bool:
         """One endpoint. True when the answer (any answer) went to the client."""
         headers = {
@@ -199,20 +205,9 @@ class Failover(Relay):
         if ep.api_key:
             register_secret(ep.api_key)
             headers["Authorization"] = f"Bearer {ep.api_key}"
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=self.config.connect_timeout,
-            sock_read=self.config.stream_idle_timeout if stream else self.config.read_timeout,
-        )
         try:
-            url = ep.base + path
-            if any(c in url for c in "\r\n\x00 "):
-                raise ValueError("the api_base holds a control character or a space")
-            for value in headers.values():
-                value.encode("latin-1")
-                if "\r" in value or "\n" in value:
-                    raise ValueError("the API key holds a line break")
-        except (ValueError, UnicodeError) as exc:
+            self.client.origin(ep.base)
+        except ValueError as exc:
             self._failed(route, ep, "bad_endpoint", f"unusable endpoint row ({exc})")
             log.warning("gateway: endpoint %s of %s skipped: %s", ep.id, route.name, exc)
             return False
@@ -222,16 +217,20 @@ class Failover(Relay):
             try:
                 async with asyncio.timeout(self.config.ttfb_timeout):
                     upstream = await self.client.post(
-                        url, data=content, headers=headers, timeout=timeout, allow_redirects=False
+                        ep.base,
+                        path,
+                        content,
+                        headers,
+                        connect_timeout=self.config.connect_timeout,
                     )
-            except (aiohttp.ClientError, OSError, ValueError) as exc:
-                self._failed(route, ep, "connect", type(exc).__name__)
-                log.info(
-                    "gateway: endpoint %s of %s unreachable (%s)",
-                    ep.id,
-                    route.name,
-                    type(exc).__name__,
-                )
+            except ValueError as exc:  # the row's API key holds a line break or is not Latin-1
+                detail = "the API key is not Latin-1" if isinstance(exc, UnicodeError) else str(exc)
+                self._failed(route, ep, "bad_endpoint", f"unusable endpoint row ({detail})")
+                log.warning("gateway: endpoint %s of %s skipped: %s", ep.id, route.name, detail)
+                return False
+            except UpstreamError as exc:
+                self._failed(route, ep, "connect", str(exc))
+                log.info("gateway: endpoint %s of %s unreachable (%s)", ep.id, route.name, exc)
                 return False
             except TimeoutError:
                 self._failed(
@@ -250,11 +249,11 @@ class Failover(Relay):
                     self._failed(route, ep, "5xx", f"HTTP {upstream.status}")
                     return False
                 if stream and upstream.status < 300:
-                    await self._relay_stream(send, route, ep, upstream, request_id, outcome)
+                    await self._relay_stream(send, route, ep, upstream, request_id, outcome, writer)
                 else:
                     try:
-                        data = await upstream.read()
-                    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                        data = await upstream.read(self.config.read_timeout)
+                    except (UpstreamBroken, TimeoutError) as exc:
                         self._failed(route, ep, "broken", type(exc).__name__)
                         return False
                     await self._send_plain(send, route, ep, upstream, data, request_id, outcome)

@@ -18,14 +18,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
-
 from obleth.gateway import metrics
-from obleth.gateway.answers import Send, _Outcome
+from obleth.gateway.answers import BodyWriter, Send, _Outcome
 from obleth.gateway.balancer import Balancer
 from obleth.gateway.config import GatewayConfig
 from obleth.gateway.proxy import PASSED_HEADERS, PASSED_PREFIXES, scrub_upstream_address
 from obleth.gateway.routing import RouteEndpoint, RouteModel
+from obleth.gateway.upstream import UpstreamBroken, UpstreamResponse
 
 # The service's logger: one name for every line the gateway's request handling logs.
 log = logging.getLogger("obleth.gateway.service")
@@ -74,7 +73,7 @@ class Relay:
         send: Send,
         route: RouteModel,
         ep: RouteEndpoint,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         data: bytes,
         request_id: str,
         outcome: _Outcome,
@@ -103,9 +102,10 @@ class Relay:
         send: Send,
         route: RouteModel,
         ep: RouteEndpoint,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         request_id: str,
         outcome: _Outcome,
+        writer: BodyWriter | None = None,
     ) -> None:
         passed = passed_headers(upstream.headers)
         passed["cache-control"] = "no-cache"
@@ -115,17 +115,37 @@ class Relay:
         outcome.status, outcome.endpoint = upstream.status, ep.id
         await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
         renamer = _StreamRenamer(route.name)
-        try:
-            async for chunk in upstream.content.iter_any():
+        sending = False  # the loop below is sending bytes: later ones must wait behind them
+        if writer is not None:
+            # Chunks go from the endpoint's socket callback to the client's socket (the server's
+            # BodyWriter); the loop below only sees what the writer cannot take at once.
+            def deliver(chunk: bytes) -> bool:
+                if sending or not writer.ready():
+                    return False
                 if b'"usage"' in chunk:
                     self._usage_from_events(route.name, chunk)
                 out = renamer.feed(chunk)
                 if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    writer.write(out)
+                return True
+
+            upstream.deliver_to(deliver)
+        try:
+            idle = self.config.stream_idle_timeout
+            while chunk := await upstream.next_chunk(idle):
+                if b'"usage"' in chunk:
+                    self._usage_from_events(route.name, chunk)
+                out = renamer.feed(chunk)
+                if out:
+                    sending = True
+                    try:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                    finally:
+                        sending = False
             rest = renamer.flush()
             if rest:
                 await send({"type": "http.response.body", "body": rest, "more_body": True})
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (UpstreamBroken, TimeoutError) as exc:
             kind = "idle_timeout" if isinstance(exc, TimeoutError) else "broken"
             self._failed(route, ep, kind, type(exc).__name__)
             outcome.reason = (

@@ -43,7 +43,6 @@ import time
 import urllib.parse
 from typing import Any
 
-import aiohttp
 from django.http import HttpResponse
 
 from obleth.core import limits
@@ -77,6 +76,7 @@ from obleth.gateway.relay import model_replacement as model_replacement
 from obleth.gateway.relay import passed_headers as passed_headers
 from obleth.gateway.routing import RouteTable
 from obleth.gateway.table import LiveTable
+from obleth.gateway.upstream import UpstreamClient
 from obleth.gateway.wake import Waker
 from obleth.logging import bound, clean_request_id
 from obleth.logging import request_id as request_id_var
@@ -103,7 +103,7 @@ class GatewayService(Failover, BodyReader):
         self,
         table: LiveTable | None = None,
         config: GatewayConfig | None = None,
-        client: aiohttp.ClientSession | None = None,
+        client: UpstreamClient | None = None,
     ) -> None:
         self.config = config or GatewayConfig.from_settings()
         self.table = table or LiveTable()
