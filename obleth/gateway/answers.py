@@ -1,6 +1,7 @@
 """The small pieces every part of the gateway's request handling shares.
 
-The ASGI type aliases; :class:`_Answer`, raised from deep inside a request to send a finished
+The ASGI type aliases; :class:`BodyWriter`, the server's direct path for streamed bytes;
+:class:`_Answer`, raised from deep inside a request to send a finished
 answer instead of relaying; :class:`_Outcome`, what the request's one log line and its metrics
 say; :func:`_header`, a request header from the ASGI scope; :func:`send_django`, a finished
 Django response (the OpenAI error bodies of :mod:`obleth.gateway.proxy`) sent over ASGI.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django.http import HttpResponse
 
@@ -18,6 +19,29 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+# The ASGI scope extension under which the gateway's own HTTP server (obleth.gateway.serve)
+# offers a :class:`BodyWriter` for the answer to this request.
+BODY_WRITER = "obleth.body_writer"
+
+
+class BodyWriter(Protocol):
+    """Writes a streamed answer's body bytes to the client at once, from a transport callback,
+    without a trip through the ASGI ``send`` coroutine and the request's task."""
+
+    def ready(self) -> bool:
+        """True when :meth:`write` may be called now: the answer's head went out chunked, it is
+        not finished, and the client is reading (not flow-controlled)."""
+        ...
+
+    def write(self, data: bytes) -> None: ...
+
+
+def body_writer(scope: Scope) -> BodyWriter | None:
+    extensions = scope.get("extensions") or {}
+    writer = extensions.get(BODY_WRITER)
+    return writer if writer is not None else None
 
 
 class _Answer(Exception):

@@ -20,15 +20,46 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any
+from typing import Any, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from obleth.gateway.answers import BODY_WRITER
 from obleth.parent_death import die_with_parent
 
 
+class CycleBodyWriter:
+    """The :class:`obleth.gateway.answers.BodyWriter` of one request on uvicorn's httptools
+    protocol: a relayed stream's chunk goes from the endpoint's socket callback straight to the
+    client's socket, encoded as uvicorn's own ``send`` encodes it (HTTP/1.1 chunked), skipping
+    a future, a task step and two coroutines per chunk. It steps aside (``ready()`` False) for
+    anything but a started, unfinished, chunked answer to a connected client that is reading;
+    then the relay falls back to ``send``, which waits for the client. It reads attributes of
+    uvicorn's ``RequestResponseCycle`` (uvicorn is pinned in requirements/base.txt; the
+    gateway's tests relay through a real uvicorn process)."""
+
+    __slots__ = ("cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self.cycle = cycle
+
+    def ready(self) -> bool:
+        cycle = self.cycle
+        return bool(
+            cycle.response_started
+            and not cycle.response_complete
+            and cycle.chunked_encoding
+            and not cycle.disconnected
+            and not cycle.flow.write_paused
+        )
+
+    def write(self, data: bytes) -> None:
+        self.cycle.transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+
 class HeaderTimeoutProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, plus: the request head must arrive in time."""
+    """uvicorn's httptools protocol, plus: the request head must arrive in time, and each
+    request's scope offers a :class:`CycleBodyWriter`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -63,7 +94,11 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
-        super().on_headers_complete()
+        before = self.cycle
+        super().on_headers_complete()  # makes the cycle and schedules its task (not run yet)
+        if self.cycle is not None and self.cycle is not before:
+            scope = cast(dict[str, Any], self.cycle.scope)
+            scope.setdefault("extensions", {})[BODY_WRITER] = CycleBodyWriter(self.cycle)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
