@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import logging
@@ -236,6 +237,8 @@ _rebuilding = False
 _generation = 0  # bumped by invalidate_keys: a rebuild begun before it is not kept
 _touch_lock = threading.Lock()
 _touched: dict[uuid.UUID, float] = {}
+_refresh_scheduled = False
+_refresh_lock = threading.Lock()
 
 
 def _cache_secs() -> float:
@@ -331,6 +334,31 @@ def cached_key_table() -> KeyTable | None:
     return None
 
 
+def stale_key_table() -> KeyTable | None:
+    """The key table whatever its age (None when there is none): for a key it finds valid the
+    gateway goes on and calls :func:`refresh_in_background`."""
+    return _table
+
+
+def refresh_in_background(loop: asyncio.AbstractEventLoop) -> None:
+    """Rebuild a stale key table in a thread of ``loop`` (once at a time)."""
+    global _refresh_scheduled
+    with _refresh_lock:  # never _lock here: a thread may hold it across a query
+        if _refresh_scheduled:
+            return
+        _refresh_scheduled = True
+    loop.run_in_executor(None, _refresh)
+
+
+def _refresh() -> None:
+    global _refresh_scheduled
+    try:
+        get_key_table()
+    finally:
+        with _refresh_lock:
+            _refresh_scheduled = False
+
+
 def touch_due(entry: KeyEntry) -> bool:
     """Whether :func:`touch` would write (a database key not recorded in the last minute)."""
     if entry.id is None:
@@ -349,14 +377,28 @@ def invalidate_keys() -> None:
 
 def touch(entry: KeyEntry) -> None:
     """Record that a database key was used: one UPDATE per key per minute in this process."""
+    if claim_touch(entry):
+        write_touch(entry)
+
+
+def claim_touch(entry: KeyEntry) -> bool:
+    """Whether this caller is the one to write the key's last use now (then it must call
+    :func:`write_touch`); every other caller in the minute gets False at once."""
     if entry.id is None:
-        return
+        return False
     now = time.monotonic()
     with _touch_lock:
         last = _touched.get(entry.id)
         if last is not None and now - last < TOUCH_EVERY_SECS:
-            return
+            return False
         _touched[entry.id] = now
+    return True
+
+
+def write_touch(entry: KeyEntry) -> None:
+    """The UPDATE of a claimed last use (blocking: not on the event loop)."""
+    if entry.id is None:
+        return
     try:
         GatewayKey.objects.filter(pk=entry.id).update(last_used_at=timezone.now())
     except DatabaseError:

@@ -136,3 +136,67 @@ def test_only_the_first_request_of_a_key_leaves_the_event_loop(
     assert len(off_loop) == 1, off_loop  # built the table and recorded the use; then none
     assert gateway.get("/v1/models", HTTP_AUTHORIZATION="Bearer obk_wrong").status_code == 401
     assert len(off_loop) == 2  # a wrong key is still decided (and counted) in the thread
+
+
+def test_on_the_event_loop_a_due_write_of_last_use_goes_to_a_thread_once(
+    transactional_db: Any,
+) -> None:
+    """On the gateway's loop a valid key whose last use is due to be written is decided at
+    once; one caller claims the write, which runs in the loop's thread pool, and the others
+    of that minute claim nothing (before, each of them went to the thread pool: 1,000 streams
+    starting together waited up to 9 s for a first byte)."""
+    import asyncio
+
+    from obleth.gateway.models import GatewayKey
+
+    created = keys.create_key("k")
+    warm(created.secret)
+    keys.forget_touches()
+    header = f"Bearer {created.secret}"
+
+    async def many() -> list[object]:
+        decisions = [check_credentials_cached(header, address="10.0.0.1") for _ in range(200)]
+        for _ in range(100):  # the thread's UPDATE lands
+            await asyncio.sleep(0.02)
+            row = await asyncio.to_thread(GatewayKey.objects.get, pk=created.key.pk)
+            if row.last_used_at is not None:
+                break
+        return list(decisions)
+
+    before = timezone.now()
+    decisions = asyncio.run(many())
+    assert all(isinstance(d, Caller) for d in decisions)
+    row = GatewayKey.objects.get(pk=created.key.pk)
+    assert row.last_used_at is not None and row.last_used_at >= before
+    assert not keys.claim_touch(keys.get_key_table().lookup(created.secret))  # claimed: once
+
+
+def test_on_the_event_loop_a_stale_table_serves_a_valid_key_and_is_rebuilt_in_a_thread(
+    transactional_db: Any,
+) -> None:
+    """A valid key in a table past its cache time goes on; one thread rebuilds the table. A
+    key the stale table does not know (wrong, or just created by another process:
+    tests/gateway/test_service.py's closed-by-default case) is still left to the thread,
+    which rebuilds before deciding."""
+    import asyncio
+
+    created = keys.create_key("k")
+    warm(created.secret)
+    assert keys._table is not None
+    keys._table = dataclasses.replace(keys._table, built_at=0.0)
+
+    async def run() -> tuple[object, object, float]:
+        ok = check_credentials_cached(f"Bearer {created.secret}", address="10.0.0.1")
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            table = keys._table
+            if table is not None and table.built_at > 0:
+                break
+        wrong = check_credentials_cached("Bearer obk_" + "w" * 43, address="10.0.0.1")
+        table = keys._table
+        return ok, wrong, table.built_at if table else 0.0
+
+    ok, wrong, built_at = asyncio.run(run())
+    assert isinstance(ok, Caller)
+    assert wrong is None  # an unknown key: the thread decides (lockout bookkeeping)
+    assert built_at > 0  # rebuilt in the background
