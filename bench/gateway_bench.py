@@ -3,11 +3,12 @@
     .venv/bin/python bench/gateway_bench.py                 # ~8 min
     .venv/bin/python bench/gateway_bench.py --quick         # ~2 min, fewer cells
 
-Same fake upstream (bench/_upstream.py, raw asyncio), same load generator (this script: raw
-asyncio HTTP/1.1 on kept-alive connections, so the client costs little), one interleaved run: for
-every cell the three targets run one after the other, and the fast-upstream cells are repeated in
-rotating order (medians printed). LiteLLM is installed from PyPI into its own virtualenv on first
-use (``--litellm-venv``, default ``~/.cache/obleth-bench/litellm-<version>``).
+Same fake upstream (bench/_upstream.py, raw asyncio), same load generator (this script: asyncio
+protocols parsing with httptools on kept-alive connections, so the client costs little), one
+interleaved run: for every cell the three targets run one after the other, and the fast-upstream
+cells are repeated in rotating order (medians printed). LiteLLM is installed from PyPI into its
+own virtualenv on first use (``--litellm-venv``, default
+``~/.cache/obleth-bench/litellm-<version>``).
 
 Printed per target:
 - CPU ms per request: the target's whole process tree (utime + stime from /proc), divided by the
@@ -36,6 +37,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httptools
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
@@ -122,65 +125,101 @@ class Result:
     secs: float = 0.0
 
 
-async def _read_answer(
-    reader: asyncio.StreamReader, t0: float, result: Result | None
-) -> tuple[int, bool]:
-    status_line = await reader.readuntil(b"\r\n")
-    if result is not None:  # time to first byte: the status line has arrived
-        result.ttfbs.append(time.monotonic() - t0)
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(status_line[9:12])
-    length, chunked, close = None, False, False
-    for line in head.split(b"\r\n"):
-        lower = line.lower()
-        if lower.startswith(b"content-length:"):
-            length = int(line[15:])
-        elif lower.startswith(b"transfer-encoding:") and b"chunked" in lower:
-            chunked = True
-        elif lower.startswith(b"connection:") and b"close" in lower:
-            close = True
-    if chunked:
-        while True:
-            size = int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16)
-            await reader.readexactly(size + 2)
-            if size == 0:
-                break
-    elif length is not None:
-        await reader.readexactly(length)
-    else:
-        await reader.read()
-        close = True
-    return status, close
+class _Caller(asyncio.Protocol):
+    """One load-generator connection: a request written, its answer parsed by httptools (C) as
+    it arrives, one future per answer (no await per chunk), so the load generator costs the
+    machine little and the same for every target."""
+
+    def __init__(self, result: Result, first_byte: bool) -> None:
+        self.result, self.first_byte = result, first_byte
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.answered: asyncio.Future[tuple[int, bool]] | None = None
+        self.t0 = 0.0
+        self.first = False
+        self.delimited = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def ask(self, request: bytes) -> asyncio.Future[tuple[int, bool]]:
+        assert self.transport is not None
+        self.answered = asyncio.get_running_loop().create_future()
+        self.t0, self.first, self.delimited = time.monotonic(), False, False
+        self.transport.write(request)
+        return self.answered
+
+    def data_received(self, data: bytes) -> None:
+        if not self.first:  # time to first byte: the answer's first bytes have arrived
+            self.first = True
+            if self.first_byte:
+                self.result.ttfbs.append(time.monotonic() - self.t0)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._end(exc)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lower = name.lower()
+        if lower == b"content-length" or (
+            lower == b"transfer-encoding" and b"chunked" in value.lower()
+        ):
+            self.delimited = True
+
+    def on_headers_complete(self) -> None:
+        if self.parser.get_status_code() in (204, 304):
+            self.delimited = True
+
+    def on_message_complete(self) -> None:
+        if self.answered is not None and not self.answered.done():
+            keep = bool(self.parser.should_keep_alive())
+            self.answered.set_result((self.parser.get_status_code(), not keep))
+
+    def _end(self, exc: BaseException) -> None:
+        if self.answered is not None and not self.answered.done():
+            self.answered.set_exception(exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.answered is not None and not self.answered.done():
+            if self.first and not self.delimited:  # an answer that ends with its connection
+                self.answered.set_result((self.parser.get_status_code(), True))
+            else:
+                self.answered.set_exception(ConnectionError("closed before the answer's end"))
 
 
 async def _worker(
     port: int, request: bytes, deadline: float, result: Result, first_byte: bool
 ) -> None:
-    reader = writer = None
+    loop = asyncio.get_running_loop()
+    caller: _Caller | None = None
     while time.monotonic() < deadline:
         try:
-            if writer is None:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            assert reader is not None
-            t0 = time.monotonic()
-            writer.write(request)
-            status, close = await _read_answer(reader, t0, result if first_byte else None)
+            if caller is None:
+                _, caller = await loop.create_connection(
+                    lambda: _Caller(result, first_byte), "127.0.0.1", port
+                )
+            status, close = await caller.ask(request)
             if status == 200:
                 result.ok += 1
-                result.latencies.append(time.monotonic() - t0)
+                result.latencies.append(time.monotonic() - caller.t0)
             else:
                 result.errors += 1
             if close:
-                writer.close()
-                reader = writer = None
-        except (OSError, asyncio.IncompleteReadError, ValueError, asyncio.LimitOverrunError):
+                assert caller.transport is not None
+                caller.transport.close()
+                caller = None
+            else:
+                caller.parser = httptools.HttpResponseParser(caller)
+        except (OSError, ValueError, httptools.HttpParserError):
             result.errors += 1
-            if writer is not None:
-                writer.close()
-            reader = writer = None
+            if caller is not None and caller.transport is not None:
+                caller.transport.abort()
+            caller = None
             await asyncio.sleep(0.01)
-    if writer is not None:
-        writer.close()
+    if caller is not None and caller.transport is not None:
+        caller.transport.close()
 
 
 def request_bytes(model: str, stream: bool, auth: str = "") -> bytes:
@@ -277,7 +316,9 @@ keys.ensure_key("bench", {OBLETH_KEY!r})
     return url
 
 
-def start_obleth(db_url: str, workers: int) -> Target:
+def start_obleth(db_url: str, workers: int, root: Path = ROOT, label: str = "obleth") -> Target:
+    """obleth's gateway with ``workers`` processes, from the checkout at ``root`` (another
+    checkout: an earlier revision measured beside this one, ``--baseline``)."""
     port = free_port()
     env = {
         **os.environ,
@@ -299,14 +340,14 @@ def start_obleth(db_url: str, workers: int) -> Target:
             "--workers",
             str(workers),
         ],
-        cwd=ROOT,
+        cwd=root,
         env=env,
         stdout=LOG,
         stderr=subprocess.STDOUT,
     )
     _wait_http(port, "/healthz", proc)
     _wait_model(port, "bench-slow", OBLETH_KEY)
-    return Target(f"obleth x{workers}", port, proc.pid, auth=OBLETH_KEY, stop=proc)
+    return Target(f"{label} x{workers}", port, proc.pid, auth=OBLETH_KEY, stop=proc)
 
 
 def litellm_venv(path: str | None) -> Path:
@@ -399,6 +440,15 @@ def _wait_model(port: int, model: str, auth: str) -> None:
     raise SystemExit(f"model {model} never answered through port {port}; see {LOG.name}")
 
 
+def _revision(checkout: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() or checkout.name
+
+
 def stop(target: Target) -> None:
     proc = target.stop
     if proc is not None and proc.poll() is None:
@@ -470,6 +520,12 @@ def main() -> int:
     parser.add_argument(
         "--slow-only", action="store_true", help="only the slow-upstream stream cells"
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run the gateway of another checkout (an earlier revision, e.g. a git worktree)"
+        " beside this one, in the same cells",
+    )
     args = parser.parse_args()
     if args.quick:
         args.secs, args.rounds, args.slow_secs, args.streams = 3.0, 1, 6.0, "64,256"
@@ -486,8 +542,12 @@ def main() -> int:
 
     targets: list[Target] = []
     figures: dict[str, Any] = {"fast": {}, "slow": {}, "argv": sys.argv[1:]}
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    base_label = f"base@{_revision(baseline)}" if baseline else ""
     try:
         targets.append(start_obleth(db_url, 1))
+        if baseline:
+            targets.append(start_obleth(db_url, 1, baseline, base_label))
         if not args.no_litellm:
             targets.append(start_litellm(litellm_venv(args.litellm_venv), fast_base, slow_base, 1))
 
@@ -506,7 +566,7 @@ def main() -> int:
             print("\n== fast upstream (instant answer; streams: 5 events at once)")
             print(f"   {args.rounds} interleaved round(s) of {args.secs:.0f} s per cell; medians")
             header = (
-                f"{'target':<12} {'CPU ms/req':>10} {'added p50':>10} {'added p99':>10}"
+                f"{'target':<16} {'CPU ms/req':>10} {'added p50':>10} {'added p99':>10}"
                 f" {'c16 rps':>9} {'c64 rps':>9} {'c16 s-rps':>10} {'c64 s-rps':>10}"
             )
             print(header)
@@ -546,7 +606,7 @@ def main() -> int:
                 }
                 figures["fast"][t.name] = line
                 print(
-                    f"{t.name:<12} {line['cpu_ms_per_req']:>10.3f}"
+                    f"{t.name:<16} {line['cpu_ms_per_req']:>10.3f}"
                     f" {line['added_p50_ms']:>10.2f} {line['added_p99_ms']:>10.2f}"
                     f" {line['c16_rps']:>9.0f} {line['c64_rps']:>9.0f}"
                     f" {line['c16_stream_rps']:>10.0f} {line['c64_stream_rps']:>10.0f}"
@@ -563,6 +623,8 @@ def main() -> int:
 
         # ---- slow upstream: streams
         targets.append(start_obleth(db_url, 2))
+        if baseline:
+            targets.append(start_obleth(db_url, 2, baseline, base_label))
         slow_targets = [direct_slow, *targets]
         stream_secs = args.chunks * args.interval_ms / 1000
         print(
@@ -570,7 +632,7 @@ def main() -> int:
             f" (~{stream_secs:.1f} s a stream), {args.slow_secs:.0f} s a cell"
         )
         print(
-            f"{'target':<12} {'streams':>7} {'done/s':>8} {'% direct':>8} {'TTFB p50':>9}"
+            f"{'target':<16} {'streams':>7} {'done/s':>8} {'% direct':>8} {'TTFB p50':>9}"
             f" {'TTFB p99':>9} {'errors':>7} {'RSS MB':>7} {'CPU %':>6}"
         )
         for n in streams:
@@ -582,7 +644,7 @@ def main() -> int:
                     base = r
                 share = 100 * r["rps"] / base["rps"] if base and base["rps"] else float("nan")
                 print(
-                    f"{t.name:<12} {n:>7} {r['rps']:>8.1f} {share:>7.0f}%"
+                    f"{t.name:<16} {n:>7} {r['rps']:>8.1f} {share:>7.0f}%"
                     f" {r['ttfb_p50_ms']:>8.1f}ms {r['ttfb_p99_ms']:>8.1f}ms"
                     f" {r['errors']:>7} {r['rss_mb']:>7.0f}"
                     + (f" {r['cpu_pct']:>6.0f}" if r["cpu_pct"] is not None else f" {'-':>6}")
@@ -595,7 +657,7 @@ def main() -> int:
                 if low.get("rss_peak_mb") and high.get("rss_peak_mb"):
                     kb = (high["rss_peak_mb"] - low["rss_peak_mb"]) * 1024 / (many - few)
                     print(
-                        f"   {name:<12} {kb:>6.1f} KB  ({low['rss_peak_mb']:.0f} ->"
+                        f"   {name:<16} {kb:>6.1f} KB  ({low['rss_peak_mb']:.0f} ->"
                         f" {high['rss_peak_mb']:.0f} MB)"
                     )
     finally:
