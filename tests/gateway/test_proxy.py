@@ -1,7 +1,7 @@
 """The /v1 data plane against real local HTTP servers (the test engine and a stdlib recorder).
 
 Requests go through the gateway service's ASGI application in this process (the ``gateway``
-fixture, tests/plugins/gateway_client.py, says what differs from its own process), its aiohttp
+fixture, tests/plugins/gateway_client.py, says what differs from its own process), its upstream
 client and real TCP connections on 127.0.0.1. Nothing is mocked.
 """
 

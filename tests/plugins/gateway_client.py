@@ -2,8 +2,9 @@
 
 Requests go through the real ASGI application (:class:`obleth.gateway.service.GatewayService`):
 its routing, authentication (``check_credentials``), body limits, balancer, answers, and its
-aiohttp client over real TCP connections to the upstream servers the test started. What differs
-from ``python -m obleth.gateway.serve`` (tests/gateway/test_service.py runs that one), and why:
+upstream client (obleth.gateway.upstream) over real TCP connections to the upstream servers the
+test started. What differs from ``python -m obleth.gateway.serve``
+(tests/gateway/test_service.py runs that one), and why:
 
 - the service's event loop runs in a thread of this process, and this module plays the HTTP
   server's part of the ASGI protocol (scope, body, disconnect) in place of uvicorn;
