@@ -1,6 +1,7 @@
 """Run the /v1 gateway service: ``python -m obleth.gateway.serve [--bind HOST:PORT] [--workers N]``.
 
-uvicorn with uvloop and httptools, one event loop per worker process. On SIGTERM uvicorn stops
+uvicorn with uvloop (accepting new connections in batches, :mod:`obleth.gateway.accept`) and
+httptools, one event loop per worker process. On SIGTERM uvicorn stops
 accepting, lets requests and streams in flight finish for up to
 ``OBLETH_GATEWAY_SHUTDOWN_GRACE_SECS``, then closes what is left.
 
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             host=host,
             port=port,
             workers=workers,
-            loop="uvloop",
+            loop="obleth.gateway.accept:new_event_loop",  # uvloop, accepting in batches
             http=HeaderTimeoutProtocol,
             lifespan="on",
             access_log=False,
