@@ -120,6 +120,7 @@ def rss_mb(pids: list[int]) -> float:
 class Result:
     ok: int = 0
     errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)  # "HTTP 503", "ConnectionError"...
     latencies: list[float] = field(default_factory=list)
     ttfbs: list[float] = field(default_factory=list)
     secs: float = 0.0
@@ -206,14 +207,18 @@ async def _worker(
                 result.latencies.append(time.monotonic() - caller.t0)
             else:
                 result.errors += 1
+                kind = f"HTTP {status}"
+                result.error_kinds[kind] = result.error_kinds.get(kind, 0) + 1
             if close:
                 assert caller.transport is not None
                 caller.transport.close()
                 caller = None
             else:
                 caller.parser = httptools.HttpResponseParser(caller)
-        except (OSError, ValueError, httptools.HttpParserError):
+        except (OSError, ValueError, httptools.HttpParserError) as exc:
             result.errors += 1
+            kind = type(exc).__name__
+            result.error_kinds[kind] = result.error_kinds.get(kind, 0) + 1
             if caller is not None and caller.transport is not None:
                 caller.transport.abort()
             caller = None
@@ -440,6 +445,10 @@ def _wait_model(port: int, model: str, auth: str) -> None:
     raise SystemExit(f"model {model} never answered through port {port}; see {LOG.name}")
 
 
+def _kinds(kinds: dict[str, int]) -> str:
+    return ", ".join(f"{kind} x{n}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
 def _revision(checkout: Path) -> str:
     done = subprocess.run(
         ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
@@ -491,6 +500,7 @@ def measure(target: Target, model: str, stream: bool, concurrency: int, secs: fl
     return {
         "ok": result.ok,
         "errors": result.errors,
+        "error_kinds": result.error_kinds,
         "rps": result.ok / result.secs,
         "cpu_ms_per_req": cpu * 1000 / done if target.pid else None,
         "p50_ms": pct(result.latencies, 0.5) * 1000,
@@ -648,6 +658,7 @@ def main() -> int:
                     f" {r['ttfb_p50_ms']:>8.1f}ms {r['ttfb_p99_ms']:>8.1f}ms"
                     f" {r['errors']:>7} {r['rss_mb']:>7.0f}"
                     + (f" {r['cpu_pct']:>6.0f}" if r["cpu_pct"] is not None else f" {'-':>6}")
+                    + (f"  ({_kinds(r['error_kinds'])})" if r["error_kinds"] else "")
                 )
         if len(streams) > 1:
             few, many = min(streams), max(streams)
