@@ -40,8 +40,8 @@ class BodyWriter(Protocol):
 
 def body_writer(scope: Scope) -> BodyWriter | None:
     extensions = scope.get("extensions") or {}
-    writer = extensions.get(BODY_WRITER)
-    return writer if writer is not None else None
+    writer: BodyWriter | None = extensions.get(BODY_WRITER)
+    return writer
 
 
 class _Answer(Exception):

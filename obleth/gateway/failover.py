@@ -206,28 +206,20 @@ class Failover(Relay):
             register_secret(ep.api_key)
             headers["Authorization"] = f"Bearer {ep.api_key}"
         try:
-            self.client.origin(ep.base)
-        except ValueError as exc:
-            self._failed(route, ep, "bad_endpoint", f"unusable endpoint row ({exc})")
-            log.warning("gateway: endpoint %s of %s skipped: %s", ep.id, route.name, exc)
+            request = self.client.prepare(ep.base, path, content, headers)
+        except ValueError as exc:  # an api_base or API key no request can carry
+            detail = "the API key is not Latin-1" if isinstance(exc, UnicodeError) else str(exc)
+            self._failed(route, ep, "bad_endpoint", f"unusable endpoint row ({detail})")
+            log.warning("gateway: endpoint %s of %s skipped: %s", ep.id, route.name, detail)
             return False
         self.balancer.started(ep.id)
         metrics.IN_FLIGHT.labels(route.name, ep.id).inc()
         try:
             try:
                 async with asyncio.timeout(self.config.ttfb_timeout):
-                    upstream = await self.client.post(
-                        ep.base,
-                        path,
-                        content,
-                        headers,
-                        connect_timeout=self.config.connect_timeout,
+                    upstream = await self.client.send(
+                        request, connect_timeout=self.config.connect_timeout
                     )
-            except ValueError as exc:  # the row's API key holds a line break or is not Latin-1
-                detail = "the API key is not Latin-1" if isinstance(exc, UnicodeError) else str(exc)
-                self._failed(route, ep, "bad_endpoint", f"unusable endpoint row ({detail})")
-                log.warning("gateway: endpoint %s of %s skipped: %s", ep.id, route.name, detail)
-                return False
             except UpstreamError as exc:
                 self._failed(route, ep, "connect", str(exc))
                 log.info("gateway: endpoint %s of %s unreachable (%s)", ep.id, route.name, exc)

@@ -384,14 +384,10 @@ def touch(entry: KeyEntry) -> None:
 def claim_touch(entry: KeyEntry) -> bool:
     """Whether this caller is the one to write the key's last use now (then it must call
     :func:`write_touch`); every other caller in the minute gets False at once."""
-    if entry.id is None:
-        return False
-    now = time.monotonic()
     with _touch_lock:
-        last = _touched.get(entry.id)
-        if last is not None and now - last < TOUCH_EVERY_SECS:
+        if entry.id is None or not touch_due(entry):
             return False
-        _touched[entry.id] = now
+        _touched[entry.id] = time.monotonic()
     return True
 
 

@@ -115,6 +115,12 @@ class Relay:
         outcome.status, outcome.endpoint = upstream.status, ep.id
         await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
         renamer = _StreamRenamer(route.name)
+
+        def relayed(chunk: bytes) -> bytes:  # what the client gets of an endpoint's chunk
+            if b'"usage"' in chunk:
+                self._usage_from_events(route.name, chunk)
+            return renamer.feed(chunk)
+
         sending = False  # the loop below is sending bytes: later ones must wait behind them
         if writer is not None:
             # Chunks go from the endpoint's socket callback to the client's socket (the server's
@@ -122,9 +128,7 @@ class Relay:
             def deliver(chunk: bytes) -> bool:
                 if sending or not writer.ready():
                     return False
-                if b'"usage"' in chunk:
-                    self._usage_from_events(route.name, chunk)
-                out = renamer.feed(chunk)
+                out = relayed(chunk)
                 if out:
                     writer.write(out)
                 return True
@@ -133,9 +137,7 @@ class Relay:
         try:
             idle = self.config.stream_idle_timeout
             while chunk := await upstream.next_chunk(idle):
-                if b'"usage"' in chunk:
-                    self._usage_from_events(route.name, chunk)
-                out = renamer.feed(chunk)
+                out = relayed(chunk)
                 if out:
                     sending = True
                     try:

@@ -90,6 +90,14 @@ class Origin:
         )
 
 
+@dataclass(frozen=True)
+class UpstreamRequest:
+    """A request ready to write: where it goes and its bytes (head and body)."""
+
+    origin: Origin
+    data: bytes
+
+
 def request_head(origin: Origin, path: str, headers: dict[str, str], length: int) -> bytes:
     """The request line and headers of a POST. A name or value that could end the header line
     (CR, LF, NUL) or is not Latin-1 is refused here, where it would land on the wire."""
@@ -124,7 +132,6 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle_since = 0.0
-        self.uses = 0
         self._drain: asyncio.Future[None] | None = None
         self._write_paused = False
         self._begin_exchange()
@@ -225,9 +232,7 @@ class _Connection(asyncio.Protocol):
                 if sink(body):
                     return
             except Exception as exc:  # the sink's bug: the relay's next_chunk raises it
-                self.error = exc
-                self._wake()
-                self.close()
+                self._fail(exc)
                 return
         self.chunks.append(body)
         self.buffered += len(body)
@@ -272,7 +277,6 @@ class _Connection(asyncio.Protocol):
     async def send(self, data: bytes) -> None:
         assert self.transport is not None
         self.head = self.loop.create_future()
-        self.uses += 1
         self.transport.write(data)
         if self._write_paused and not self.closed:  # a large body: wait until it is sent
             self._drain = self.loop.create_future()
@@ -399,6 +403,14 @@ class UpstreamClient:
             self._origins[base] = origin
         return origin
 
+    def prepare(
+        self, base: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> UpstreamRequest:
+        """The bytes of a POST to ``base`` + ``path``. ValueError, naming the problem, for an
+        api_base or a header value that cannot be sent (the one check, where they land)."""
+        origin = self.origin(base)
+        return UpstreamRequest(origin, request_head(origin, path, headers, len(body)) + body)
+
     async def post(
         self,
         base: str,
@@ -408,20 +420,24 @@ class UpstreamClient:
         *,
         connect_timeout: float,
     ) -> UpstreamResponse:
+        """:meth:`prepare`, then :meth:`send`."""
+        request = self.prepare(base, path, body, headers)
+        return await self.send(request, connect_timeout=connect_timeout)
+
+    async def send(self, request: UpstreamRequest, *, connect_timeout: float) -> UpstreamResponse:
         """Send the request; return once the answer's headers are in. Cancelling this (the
         caller's time-to-first-byte timeout, a client that went away) closes the connection.
 
         A kept-alive connection the endpoint closed just before our request reached it (nothing
         came back) is retried once on a new connection: the endpoint saw no request."""
-        origin = self.origin(base)
-        data = request_head(origin, path, headers, len(body)) + body
+        origin = request.origin
         for _ in range(2):
             conn = self._take_idle(origin)
             reused = conn is not None
             if conn is None:
                 conn = await self._connect(origin, connect_timeout)
             try:
-                await conn.send(data)
+                await conn.send(request.data)
                 assert conn.head is not None
                 await conn.head
             except UpstreamBroken:

@@ -51,8 +51,22 @@ def plain(body: bytes, extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
 
 
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
 def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def events(w: asyncio.StreamWriter, count: int | None, every: float) -> None:
+    """A stream's head, then ``count`` events (None: without end) ``every`` seconds apart."""
+    w.write(CHUNKED_HEAD)
+    sent = 0
+    while count is None or sent < count:
+        w.write(chunk(b"data: tok\n\n"))
+        await w.drain()
+        await asyncio.sleep(every)
+        sent += 1
 
 
 def run(case: Callable[[UpstreamClient, str, Seen], Awaitable[None]], handler: Handler) -> Seen:
@@ -121,7 +135,7 @@ def test_a_stream_arrives_chunk_by_chunk_not_at_its_end() -> None:
 
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, seen: Seen) -> None:
         await read_request(r, seen)
-        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(b"data: 1\n\n"))
+        w.write(CHUNKED_HEAD + chunk(b"data: 1\n\n"))
         await w.drain()
         await release_rest.wait()
         w.write(chunk(b"data: 2\n\n") + b"0\r\n\r\n")
@@ -210,7 +224,7 @@ def test_a_reused_connection_that_breaks_before_answering_is_retried_once() -> N
 def test_a_broken_stream_raises_and_a_fresh_connection_that_breaks_is_not_retried() -> None:
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, seen: Seen) -> None:
         await read_request(r, seen)
-        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(b"data: 1\n\n"))
+        w.write(CHUNKED_HEAD + chunk(b"data: 1\n\n"))
         await w.drain()
         w.transport.abort()
 
@@ -249,11 +263,7 @@ def test_a_hung_endpoint_costs_a_cancelled_request_and_its_connection_is_closed(
 def test_a_client_cancelled_mid_stream_closes_the_upstream_connection() -> None:
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, seen: Seen) -> None:
         await read_request(r, seen)
-        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        while True:
-            w.write(chunk(b"data: tok\n\n"))
-            await w.drain()
-            await asyncio.sleep(0.02)
+        await events(w, None, 0.02)
 
     cancelled_at: list[float] = []
 
@@ -277,11 +287,7 @@ def test_a_client_cancelled_mid_stream_closes_the_upstream_connection() -> None:
 def test_a_stream_silent_longer_than_the_idle_timeout_raises_timeout_and_closes() -> None:
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, seen: Seen) -> None:
         await read_request(r, seen)
-        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for _ in range(5):  # busy at first: the timer must not fire while data flows
-            w.write(chunk(b"data: tok\n\n"))
-            await w.drain()
-            await asyncio.sleep(0.1)
+        await events(w, 5, 0.1)  # busy at first: the timer must not fire while data flows
         await r.read()
 
     async def case(client: UpstreamClient, base: str, seen: Seen) -> None:
