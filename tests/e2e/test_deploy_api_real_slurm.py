@@ -42,7 +42,13 @@ def api() -> APIClient:
 def chat(model: str, question: str) -> Any:
     """Through the gateway service (in this process: tests/plugins/gateway_client.py)."""
     secret = keys.create_key("deploy-e2e").secret
-    body = {"model": model, "messages": [{"role": "user", "content": question}], "max_tokens": 16}
+    # temperature 0: the 135M model sampled at llama.cpp's default once answered "La Louisiane"
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 16,
+        "temperature": 0,
+    }
     with GatewayClient(HTTP_AUTHORIZATION=f"Bearer {secret}") as gateway:
         return gateway.post("/v1/chat/completions", data=json.dumps(body))
 
