@@ -96,6 +96,14 @@ def tree_cpu_secs(pid: int) -> float:
     return sum((_proc_stat(p) or (0, 0))[1] for p in tree(pid)) / CLK
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
 def tree_rss_mb(pid: int) -> float:
     return rss_mb(tree(pid))
 
@@ -475,6 +483,7 @@ def stop(target: Target) -> None:
 def measure(target: Target, model: str, stream: bool, concurrency: int, secs: float) -> dict:
     request = request_bytes(model, stream, target.auth)
     cpu0 = tree_cpu_secs(target.pid) if target.pid else 0.0
+    busy0, total0 = machine_ticks()
     # The target's peak RSS while the load runs: its processes are listed once, then their
     # VmRSS read every 2 s (a few small reads, so the load generator's clock is not disturbed).
     pids = tree(target.pid) if target.pid else []
@@ -496,6 +505,7 @@ def measure(target: Target, model: str, stream: bool, concurrency: int, secs: fl
         sampler.join(5)
     peak[0] = max(peak[0], rss_mb(pids))
     cpu = (tree_cpu_secs(target.pid) - cpu0) if target.pid else 0.0
+    busy1, total1 = machine_ticks()
     done = max(1, result.ok)
     return {
         "ok": result.ok,
@@ -511,6 +521,9 @@ def measure(target: Target, model: str, stream: bool, concurrency: int, secs: fl
         "rss_peak_mb": peak[0] if target.pid else None,
         # the target's share of one core over the cell (its whole process tree)
         "cpu_pct": cpu * 100 / result.secs if target.pid and result.secs else None,
+        # how busy the whole machine was (all cores, 100 = every core busy): near 100, every
+        # process in the cell (load generator, upstream, target) waited for a core
+        "machine_busy_pct": (busy1 - busy0) * 100 / max(1, total1 - total0),
     }
 
 
@@ -643,7 +656,7 @@ def main() -> int:
         )
         print(
             f"{'target':<16} {'streams':>7} {'done/s':>8} {'% direct':>8} {'TTFB p50':>9}"
-            f" {'TTFB p99':>9} {'errors':>7} {'RSS MB':>7} {'CPU %':>6}"
+            f" {'TTFB p99':>9} {'errors':>7} {'RSS MB':>7} {'CPU %':>6} {'busy %':>6}"
         )
         for n in streams:
             base = None
@@ -658,6 +671,7 @@ def main() -> int:
                     f" {r['ttfb_p50_ms']:>8.1f}ms {r['ttfb_p99_ms']:>8.1f}ms"
                     f" {r['errors']:>7} {r['rss_mb']:>7.0f}"
                     + (f" {r['cpu_pct']:>6.0f}" if r["cpu_pct"] is not None else f" {'-':>6}")
+                    + f" {r['machine_busy_pct']:>6.0f}"
                     + (f"  ({_kinds(r['error_kinds'])})" if r["error_kinds"] else "")
                 )
         if len(streams) > 1:
