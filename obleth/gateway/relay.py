@@ -191,23 +191,45 @@ class _StreamRenamer:
     """Sets "model" of each event back to the client's name, at C speed: a regular expression
     over whole lines replaces the value of every ``"model":`` key (an escaped ``\\"model\\"``
     inside generated text does not match), so no event is parsed as JSON. Bytes pass through
-    untouched when no line names a model; a line split across chunks waits for its end."""
+    untouched when no line names a model; a line split across chunks (a "model" key cut in two
+    included) waits for its end.
+
+    An engine writes the same ``"model":"<its id>"`` in every event: once learned, that exact
+    field is swapped with ``bytes.replace`` while it accounts for every ``"model"`` in the bytes
+    (a value cannot hold an unescaped quote, so each such field starts where the expression
+    would match); anything else goes through the expression."""
 
     def __init__(self, client_name: str) -> None:
         self._replacement = model_replacement(client_name)
         self._pending = b""
+        self._known: tuple[bytes, bytes] | None = None  # (the engine's field, the client's)
+
+    def _rename(self, data: bytes) -> bytes:
+        known = self._known
+        if known is not None and data.count(b'"model"') == data.count(known[0]):
+            return data.replace(known[0], known[1])
+        fields = {m.group(0): m for m in _MODEL_FIELD.finditer(data)}
+        if len(fields) == 1:
+            ((text, match),) = fields.items()
+            self._known = (text, match.expand(self._replacement))
+        return _MODEL_FIELD.sub(self._replacement, data)
 
     def feed(self, chunk: bytes) -> bytes:
         data = self._pending + chunk if self._pending else chunk
         if b'"model"' not in data:
+            # The bytes may end in the start of a "model" key cut by the chunk's end: keep it.
+            tail = data.rfind(b'"', max(0, len(data) - 6))
+            if tail >= 0 and b'"model"'.startswith(data[tail:]):
+                self._pending = data[tail:]
+                return data[:tail]
             self._pending = b""
             return data
         complete, newline, self._pending = data.rpartition(b"\n")
         if not newline:
             self._pending = data
             return b""
-        return _MODEL_FIELD.sub(self._replacement, complete) + b"\n"
+        return self._rename(complete) + b"\n"
 
     def flush(self) -> bytes:
         rest, self._pending = self._pending, b""
-        return _MODEL_FIELD.sub(self._replacement, rest) if rest else b""
+        return self._rename(rest) if rest else b""
