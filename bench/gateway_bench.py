@@ -132,6 +132,8 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     ttfbs: list[float] = field(default_factory=list)
     secs: float = 0.0
+    # Answers to requests sent before this instant (the ramp-up) are not counted; errors are.
+    window_start: float = 0.0
 
 
 class _Caller(asyncio.Protocol):
@@ -161,7 +163,7 @@ class _Caller(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self.first:  # time to first byte: the answer's first bytes have arrived
             self.first = True
-            if self.first_byte:
+            if self.first_byte and self.t0 >= self.result.window_start:
                 self.result.ttfbs.append(time.monotonic() - self.t0)
         try:
             self.parser.feed_data(data)
@@ -199,10 +201,12 @@ class _Caller(asyncio.Protocol):
 
 
 async def _worker(
-    port: int, request: bytes, deadline: float, result: Result, first_byte: bool
+    port: int, request: bytes, deadline: float, result: Result, first_byte: bool, delay: float
 ) -> None:
     loop = asyncio.get_running_loop()
     caller: _Caller | None = None
+    if delay > 0:
+        await asyncio.sleep(delay)
     while time.monotonic() < deadline:
         try:
             if caller is None:
@@ -211,8 +215,9 @@ async def _worker(
                 )
             status, close = await caller.ask(request)
             if status == 200:
-                result.ok += 1
-                result.latencies.append(time.monotonic() - caller.t0)
+                if caller.t0 >= result.window_start:
+                    result.ok += 1
+                    result.latencies.append(time.monotonic() - caller.t0)
             else:
                 result.errors += 1
                 kind = f"HTTP {status}"
@@ -247,15 +252,30 @@ def request_bytes(model: str, stream: bool, auth: str = "") -> bytes:
 
 
 async def load(
-    port: int, request: bytes, concurrency: int, secs: float, first_byte: bool = False
+    port: int,
+    request: bytes,
+    concurrency: int,
+    secs: float,
+    first_byte: bool = False,
+    ramp: float = 0.0,
 ) -> Result:
-    result = Result()
-    deadline = time.monotonic() + secs
+    """``concurrency`` callers, each sending one request after another for ``secs`` seconds.
+    With ``ramp`` > 0, caller i starts ``i * ramp / concurrency`` seconds in, so requests
+    arrive spread out as in production (steady state, N in flight), and only requests sent
+    after the ramp are counted (errors always are); with 0, every caller starts at once and
+    the callers go on in cohorts of N requests arriving within milliseconds (the worst case)."""
     t0 = time.monotonic()
+    result = Result(window_start=t0 + ramp)
+    deadline = t0 + ramp + secs
     await asyncio.gather(
-        *(_worker(port, request, deadline, result, first_byte) for _ in range(concurrency))
+        *(
+            _worker(port, request, deadline, result, first_byte, i * ramp / concurrency)
+            for i in range(concurrency)
+        )
     )
-    result.secs = time.monotonic() - t0
+    # Steady: the rate at which the counted requests were sent (N in flight, so the rate at which
+    # they complete). At once: answers over the time until the last one.
+    result.secs = secs if ramp > 0 else time.monotonic() - t0
     return result
 
 
@@ -480,10 +500,13 @@ def stop(target: Target) -> None:
 # ------------------------------------------------------------------------------ the run
 
 
-def measure(target: Target, model: str, stream: bool, concurrency: int, secs: float) -> dict:
+def measure(
+    target: Target, model: str, stream: bool, concurrency: int, secs: float, ramp: float = 0.0
+) -> dict:
     request = request_bytes(model, stream, target.auth)
     cpu0 = tree_cpu_secs(target.pid) if target.pid else 0.0
     busy0, total0 = machine_ticks()
+    wall0 = time.monotonic()
     # The target's peak RSS while the load runs: its processes are listed once, then their
     # VmRSS read every 2 s (a few small reads, so the load generator's clock is not disturbed).
     pids = tree(target.pid) if target.pid else []
@@ -499,13 +522,16 @@ def measure(target: Target, model: str, stream: bool, concurrency: int, secs: fl
     sampler = threading.Thread(target=sample_rss, daemon=True)
     sampler.start()
     try:
-        result = asyncio.run(load(target.port, request, concurrency, secs, first_byte=stream))
+        result = asyncio.run(
+            load(target.port, request, concurrency, secs, first_byte=stream, ramp=ramp)
+        )
     finally:
         finished.set()
         sampler.join(5)
     peak[0] = max(peak[0], rss_mb(pids))
     cpu = (tree_cpu_secs(target.pid) - cpu0) if target.pid else 0.0
     busy1, total1 = machine_ticks()
+    wall = time.monotonic() - wall0
     done = max(1, result.ok)
     return {
         "ok": result.ok,
@@ -520,7 +546,7 @@ def measure(target: Target, model: str, stream: bool, concurrency: int, secs: fl
         "rss_mb": tree_rss_mb(target.pid) if target.pid else None,
         "rss_peak_mb": peak[0] if target.pid else None,
         # the target's share of one core over the cell (its whole process tree)
-        "cpu_pct": cpu * 100 / result.secs if target.pid and result.secs else None,
+        "cpu_pct": cpu * 100 / wall if target.pid and wall else None,
         # how busy the whole machine was (all cores, 100 = every core busy): near 100, every
         # process in the cell (load generator, upstream, target) waited for a core
         "machine_busy_pct": (busy1 - busy0) * 100 / max(1, total1 - total0),
@@ -536,6 +562,13 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=100)
     parser.add_argument("--interval-ms", type=float, default=20)
     parser.add_argument("--streams", default="64,256,1000", help="concurrent slow streams")
+    parser.add_argument(
+        "--arrivals",
+        choices=("steady", "cohort"),
+        default="steady",
+        help="slow cells: callers start spread over one stream's length and only requests sent"
+        " after that are counted (steady), or all start at once and go on in cohorts (cohort)",
+    )
     parser.add_argument("--litellm-venv")
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--quick", action="store_true", help="1 round, 3 s cells, 64/256 streams")
@@ -650,9 +683,15 @@ def main() -> int:
             targets.append(start_obleth(db_url, 2, baseline, base_label))
         slow_targets = [direct_slow, *targets]
         stream_secs = args.chunks * args.interval_ms / 1000
+        ramp = stream_secs if args.arrivals == "steady" else 0.0
         print(
             f"\n== slow upstream: {args.chunks} events {args.interval_ms:.0f} ms apart"
-            f" (~{stream_secs:.1f} s a stream), {args.slow_secs:.0f} s a cell"
+            f" (~{stream_secs:.1f} s a stream), {args.slow_secs:.0f} s a cell, arrivals "
+            + (
+                f"steady (callers start over {ramp:.1f} s, counted after that)"
+                if ramp
+                else "in cohorts (every caller starts at once)"
+            )
         )
         print(
             f"{'target':<16} {'streams':>7} {'done/s':>8} {'% direct':>8} {'TTFB p50':>9}"
@@ -661,7 +700,7 @@ def main() -> int:
         for n in streams:
             base = None
             for t in slow_targets:
-                r = measure(t, "bench-slow", True, n, args.slow_secs)
+                r = measure(t, "bench-slow", True, n, args.slow_secs, ramp)
                 figures["slow"].setdefault(t.name, {})[n] = r
                 if t.name == "direct":
                     base = r
